@@ -1,0 +1,31 @@
+# Thin wrapper over CMake, as Neovim does: `make`, `make test`, `make install`.
+BUILD ?= build
+TYPE ?= RelWithDebInfo
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc)
+
+all: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+
+test: all
+	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
+
+unit: all
+	cd $(BUILD) && ctest --output-on-failure -L unit
+
+debug:
+	$(MAKE) BUILD=build-debug TYPE=Debug all
+
+install: all
+	cmake --install $(BUILD)
+
+lint:
+	luacheck lua distros tests
+
+clean:
+	rm -rf $(BUILD) build-debug
+
+.PHONY: all test unit debug install lint clean

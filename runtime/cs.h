@@ -1,0 +1,61 @@
+/* cs.h - shared declarations of the cargoship runtime: families, the wait API, helpers. */
+#ifndef CS_H
+#define CS_H
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <stddef.h>
+
+/* Every family's opener; runtime/modules.h lists them for main.c and module.c. */
+#define CS_FAMILY(name) int luaopen_cargoship_##name(lua_State *L);
+#include "modules.h"
+#undef CS_FAMILY
+
+/* ---- the loop (loop.c) ------------------------------------------------------------ */
+
+typedef struct cs_task cs_task;
+
+/* A FIFO of waiting tasks: a session's socket, a gate, a task's joiners. */
+typedef struct cs_waitq {
+  cs_task *head, *tail;
+} cs_waitq;
+
+/* Why a waiting task was resumed. */
+enum { CS_WAKE_READY = 0, CS_WAKE_TIMEOUT = 1, CS_WAKE_CANCELLED = 2 };
+
+/* Monotonic clock in seconds. */
+double cs_now(void);
+
+/* Suspends the running task until fd (>= 0) is ready for events (POLLIN/POLLOUT), or q
+ * is woken by cs_waitq_wake, or the absolute deadline (cs_now() based; <= 0: none)
+ * passes, or the task is cancelled. Never returns normally: it yields, and k(L, LUA_YIELD,
+ * ctx) runs on resume; k takes the reason with cs_wake_status(L). When q is given and
+ * fd becomes ready, every waiter on q is woken (a libssh2 session's packets are shared by
+ * all its channels, so readiness belongs to the session, not to one channel).
+ * Raises when called outside a task of the running loop.  [-0, +0, e] */
+int cs_wait(lua_State *L, int fd, short events, cs_waitq *q, double deadline,
+            lua_KContext ctx, lua_KFunction k);
+
+/* In a continuation: the wake reason (CS_WAKE_*), popped from the stack.  [-1, +0, -] */
+int cs_wake_status(lua_State *L);
+
+/* Makes every task waiting on q runnable (FIFO order); safe when q is empty. */
+void cs_waitq_wake(lua_State *L, cs_waitq *q);
+/* Wakes only the first waiter of q; returns 1 if there was one. */
+int cs_waitq_wake_one(lua_State *L, cs_waitq *q);
+
+/* Raises the cancellation error of the running task (after the caller has cleaned up). */
+int cs_raise_cancelled(lua_State *L);
+
+/* True when the running task is in its destructors (waits then ignore cancellation). */
+int cs_in_cleanup(lua_State *L);
+
+/* ---- helpers (util.c) --------------------------------------------------------------- */
+
+/* Pushes nil, "<who>: <op>: <detail>", code and returns 3: the I/O failure triple. */
+int cs_fail(lua_State *L, const char *who, const char *op, const char *detail, const char *code);
+
+/* Appends to b the POSIX-shell single-quoted form of s[0..len). */
+void cs_quote(luaL_Buffer *b, const char *s, size_t len);
+
+#endif

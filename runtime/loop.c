@@ -1,0 +1,827 @@
+/* loop.c - the one event loop: tasks as coroutines, timers, poll(), cancellation, signals. */
+#include "cs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TASK_MT "cargoship.task"
+#define SEM_MT "cargoship.semaphore"
+#define NO_HEAP SIZE_MAX
+
+enum { T_READY, T_RUNNING, T_WAITING, T_DONE };
+
+typedef struct cs_loop cs_loop;
+
+struct cs_task {
+  cs_loop *loop;
+  lua_State *co;
+  int co_ref;            /* registry: the thread, while the task lives */
+  int self_ref;          /* registry: this userdata, while the task lives */
+  long id;
+  int state;
+  /* what it waits for */
+  int fd;
+  short events, revents;
+  double deadline;
+  size_t heap_idx;
+  cs_waitq *q;           /* queue it sits in, if any */
+  cs_task *qnext, *qprev;
+  cs_task *fdnext, *fdprev; /* list of tasks waiting on a fd */
+  cs_task *rnext;        /* ready list */
+  cs_task *anext, *aprev; /* all live tasks */
+  int wake;              /* CS_WAKE_* to hand to the continuation */
+  int cancelled, cleanup;
+  /* outcome */
+  int ok;
+  const char *code;      /* NULL, "error", "cancelled" */
+  cs_waitq joiners;
+};
+
+struct cs_loop {
+  int running;
+  long next_id;
+  cs_task *current;
+  cs_task *main;         /* the task loop.run started; its end cancels the others */
+  cs_task *ready_head, *ready_tail;
+  cs_task *fd_head;
+  cs_task *all_head;
+  size_t live;
+  cs_task **heap;
+  size_t heap_len, heap_cap;
+  struct pollfd *pfds;
+  cs_task **pfd_task;
+  size_t pfd_cap;
+  int sigpipe[2];
+  int interrupted;
+};
+
+/* ---- clock ------------------------------------------------------------------------ */
+
+double cs_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- the loop object --------------------------------------------------------------- */
+
+static const char LOOP_KEY = 'L';
+
+/* The loop of this Lua state, created on first use.  [-0, +0, m] */
+static cs_loop *get_loop(lua_State *L) {
+  cs_loop *lp;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &LOOP_KEY) == LUA_TUSERDATA) {
+    lp = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return lp;
+  }
+  lua_pop(L, 1);
+  lp = lua_newuserdatauv(L, sizeof *lp, 0);
+  memset(lp, 0, sizeof *lp);
+  lp->sigpipe[0] = lp->sigpipe[1] = -1;
+  lp->next_id = 1;
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &LOOP_KEY);
+  return lp;
+}
+
+/* ---- timer heap (min-heap on deadline) --------------------------------------------- */
+
+static void heap_swap(cs_loop *lp, size_t a, size_t b) {
+  cs_task *t = lp->heap[a];
+  lp->heap[a] = lp->heap[b];
+  lp->heap[b] = t;
+  lp->heap[a]->heap_idx = a;
+  lp->heap[b]->heap_idx = b;
+}
+
+static void heap_up(cs_loop *lp, size_t i) {
+  while (i > 0 && lp->heap[(i - 1) / 2]->deadline > lp->heap[i]->deadline) {
+    heap_swap(lp, i, (i - 1) / 2);
+    i = (i - 1) / 2;
+  }
+}
+
+static void heap_down(cs_loop *lp, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < lp->heap_len && lp->heap[l]->deadline < lp->heap[m]->deadline) m = l;
+    if (r < lp->heap_len && lp->heap[r]->deadline < lp->heap[m]->deadline) m = r;
+    if (m == i) return;
+    heap_swap(lp, i, m);
+    i = m;
+  }
+}
+
+static void heap_push(lua_State *L, cs_loop *lp, cs_task *t) {
+  if (lp->heap_len == lp->heap_cap) {
+    size_t cap = lp->heap_cap ? lp->heap_cap * 2 : 64;
+    cs_task **h = realloc(lp->heap, cap * sizeof *h);
+    if (!h) luaL_error(L, "out of memory");
+    lp->heap = h;
+    lp->heap_cap = cap;
+  }
+  t->heap_idx = lp->heap_len;
+  lp->heap[lp->heap_len++] = t;
+  heap_up(lp, t->heap_idx);
+}
+
+static void heap_remove(cs_loop *lp, cs_task *t) {
+  size_t i = t->heap_idx;
+  if (i == NO_HEAP) return;
+  t->heap_idx = NO_HEAP;
+  if (--lp->heap_len == i) return;
+  cs_task *moved = lp->heap[lp->heap_len];
+  lp->heap[i] = moved;
+  moved->heap_idx = i;
+  heap_up(lp, i);
+  heap_down(lp, moved->heap_idx);
+}
+
+/* ---- queues and the ready list ------------------------------------------------------ */
+
+static void q_push(cs_waitq *q, cs_task *t) {
+  t->q = q;
+  t->qnext = NULL;
+  t->qprev = q->tail;
+  if (q->tail) q->tail->qnext = t; else q->head = t;
+  q->tail = t;
+}
+
+static void q_remove(cs_task *t) {
+  cs_waitq *q = t->q;
+  if (!q) return;
+  if (t->qprev) t->qprev->qnext = t->qnext; else q->head = t->qnext;
+  if (t->qnext) t->qnext->qprev = t->qprev; else q->tail = t->qprev;
+  t->q = NULL;
+  t->qnext = t->qprev = NULL;
+}
+
+static void fd_remove(cs_loop *lp, cs_task *t) {
+  if (t->fd < 0) return;
+  if (t->fdprev) t->fdprev->fdnext = t->fdnext; else lp->fd_head = t->fdnext;
+  if (t->fdnext) t->fdnext->fdprev = t->fdprev;
+  t->fdnext = t->fdprev = NULL;
+  t->fd = -1;
+}
+
+static void ready_push(cs_loop *lp, cs_task *t) {
+  t->state = T_READY;
+  t->rnext = NULL;
+  if (lp->ready_tail) lp->ready_tail->rnext = t; else lp->ready_head = t;
+  lp->ready_tail = t;
+}
+
+/* Ends t's wait (whatever it was) and queues it to resume with reason `wake`. */
+static void make_ready(cs_loop *lp, cs_task *t, int wake) {
+  if (t->state != T_WAITING) return;
+  q_remove(t);
+  fd_remove(lp, t);
+  heap_remove(lp, t);
+  t->wake = wake;
+  ready_push(lp, t);
+}
+
+void cs_waitq_wake(lua_State *L, cs_waitq *q) {
+  cs_loop *lp = get_loop(L);
+  while (q->head) make_ready(lp, q->head, CS_WAKE_READY);
+}
+
+int cs_waitq_wake_one(lua_State *L, cs_waitq *q) {
+  if (!q->head) return 0;
+  make_ready(get_loop(L), q->head, CS_WAKE_READY);
+  return 1;
+}
+
+/* ---- waiting ---------------------------------------------------------------------- */
+
+/* The task running in L, or raises: waits make sense only inside the loop's tasks. */
+static cs_task *running_task(lua_State *L) {
+  cs_loop *lp = get_loop(L);
+  if (!lp->running || !lp->current || lp->current->co != L)
+    luaL_error(L, "cargoship: cannot wait outside a task of the running loop");
+  return lp->current;
+}
+
+int cs_wait(lua_State *L, int fd, short events, cs_waitq *q, double deadline,
+            lua_KContext ctx, lua_KFunction k) {
+  cs_task *t = running_task(L);
+  cs_loop *lp = t->loop;
+  t->state = T_WAITING;
+  t->deadline = deadline;
+  if (t->cancelled && !t->cleanup) {
+    /* cancelled before this wait: resume at once so the continuation sees it */
+    t->wake = CS_WAKE_CANCELLED;
+    ready_push(lp, t);
+  } else {
+    if (q) q_push(q, t);
+    if (fd >= 0) {
+      t->fd = fd;
+      t->events = events;
+      t->fdprev = NULL;
+      t->fdnext = lp->fd_head;
+      if (lp->fd_head) lp->fd_head->fdprev = t;
+      lp->fd_head = t;
+    }
+    if (deadline > 0) heap_push(L, lp, t);
+  }
+  return lua_yieldk(L, 0, ctx, k);
+}
+
+int cs_wake_status(lua_State *L) {
+  cs_task *t = running_task(L);
+  return t->wake;
+}
+
+int cs_in_cleanup(lua_State *L) {
+  cs_loop *lp = get_loop(L);
+  return lp->current && lp->current->co == L && lp->current->cleanup;
+}
+
+int cs_raise_cancelled(lua_State *L) {
+  lua_pushliteral(L, "cancelled");
+  return lua_error(L);
+}
+
+/* ---- tasks -------------------------------------------------------------------------- */
+
+static cs_task *check_task(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, TASK_MT);
+}
+
+/* Uservalue slots of a task: 1 = results table, 2 = destructors (a list). */
+enum { UV_RESULTS = 1, UV_DEFERS = 2 };
+
+static int task_finish_k(lua_State *co, int status, lua_KContext ctx);
+
+/* Runs the destructors of the task (LIFO), each protected; may yield.  Stack: [task]. */
+static int run_defers_k(lua_State *co, int status, lua_KContext ctx) {
+  cs_task *t = lua_touserdata(co, 1);
+  if (status != LUA_OK && status != LUA_YIELD && t->ok) {
+    /* a failing destructor fails a task that had succeeded: cleanup must not lie */
+    lua_getiuservalue(co, 1, UV_RESULTS);
+    lua_pushvalue(co, -2);
+    lua_rawseti(co, -2, 1);
+    lua_pushinteger(co, 1);
+    lua_setfield(co, -2, "n");
+    t->ok = 0;
+    t->code = "error";
+    lua_pop(co, 1);
+  }
+  lua_settop(co, 1);
+  lua_Integer i = (lua_Integer)ctx;
+  if (i <= 0) return 0;
+  lua_getiuservalue(co, 1, UV_DEFERS);
+  lua_rawgeti(co, -1, i);
+  lua_pushnil(co);
+  lua_rawseti(co, -3, i);
+  lua_remove(co, -2);
+  int st = lua_pcallk(co, 0, 0, 0, (lua_KContext)(i - 1), run_defers_k);
+  return run_defers_k(co, st, (lua_KContext)(i - 1));
+}
+
+/* After the body: store results or error, then run destructors.  Stack: [task, results...] */
+static int task_finish_k(lua_State *co, int status, lua_KContext ctx) {
+  (void)ctx;
+  cs_task *t = lua_touserdata(co, 1);
+  int n = lua_gettop(co) - 1;
+  lua_createtable(co, n, 1);
+  lua_insert(co, 2);
+  for (int i = n; i >= 1; i--) lua_rawseti(co, 2, i);
+  lua_pushinteger(co, n);
+  lua_setfield(co, 2, "n");
+  lua_setiuservalue(co, 1, UV_RESULTS);
+  t->ok = (status == LUA_OK || status == LUA_YIELD);
+  t->code = t->ok ? NULL : (t->cancelled ? "cancelled" : "error");
+  t->cleanup = 1;
+  lua_getiuservalue(co, 1, UV_DEFERS);
+  lua_Integer nd = luaL_len(co, -1);
+  lua_pop(co, 1);
+  return run_defers_k(co, LUA_OK, (lua_KContext)nd);
+}
+
+/* Body of every task's coroutine.  Stack: [task, fn, args...] */
+static int task_main(lua_State *co) {
+  int nargs = lua_gettop(co) - 2;
+  int st = lua_pcallk(co, nargs, LUA_MULTRET, 0, 0, task_finish_k);
+  return task_finish_k(co, st, 0);
+}
+
+/* Creates a task running fn(args...) from stack [fn, args...] above `base`; pushes it. */
+static cs_task *spawn(lua_State *L, cs_loop *lp, int fnidx) {
+  int top = lua_gettop(L);
+  luaL_checktype(L, fnidx, LUA_TFUNCTION);
+  cs_task *t = lua_newuserdatauv(L, sizeof *t, 2);
+  memset(t, 0, sizeof *t);
+  t->loop = lp;
+  t->fd = -1;
+  t->heap_idx = NO_HEAP;
+  t->id = lp->next_id++;
+  luaL_setmetatable(L, TASK_MT);
+  lua_newtable(L);
+  lua_setiuservalue(L, -2, UV_DEFERS);
+  lua_pushvalue(L, -1);
+  t->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  t->co = lua_newthread(L);
+  t->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushcfunction(t->co, task_main);
+  lua_pushvalue(L, -1);            /* the task userdata */
+  lua_xmove(L, t->co, 1);
+  for (int i = fnidx; i <= top; i++) lua_pushvalue(L, i);
+  lua_xmove(L, t->co, top - fnidx + 1);
+  t->aprev = NULL;
+  t->anext = lp->all_head;
+  if (lp->all_head) lp->all_head->aprev = t;
+  lp->all_head = t;
+  lp->live++;
+  ready_push(lp, t);
+  return t;
+}
+
+static void cancel_all(cs_loop *lp);
+
+static void task_done(lua_State *L, cs_loop *lp, cs_task *t) {
+  t->state = T_DONE;
+  if (t->anext) t->anext->aprev = t->aprev;
+  if (t->aprev) t->aprev->anext = t->anext; else lp->all_head = t->anext;
+  lp->live--;
+  cs_waitq_wake(L, &t->joiners);
+  if (t == lp->main) {
+    lp->main = NULL;
+    cancel_all(lp);
+  }
+  luaL_unref(L, LUA_REGISTRYINDEX, t->co_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, t->self_ref);
+  t->co = NULL;
+}
+
+/* A coroutine that died outside task_main's protection (cannot normally happen:
+ * only a C continuation raising past pcallk would). Record it as the task's error. */
+static void task_crashed(lua_State *L, cs_task *t) {
+  lua_State *co = t->co;
+  t->ok = 0;
+  t->code = t->cancelled ? "cancelled" : "error";
+  lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
+  lua_createtable(L, 1, 1);
+  lua_xmove(co, L, 1);
+  lua_rawseti(L, -2, 1);
+  lua_pushinteger(L, 1);
+  lua_setfield(L, -2, "n");
+  lua_setiuservalue(L, -2, UV_RESULTS);
+  lua_pop(L, 1);
+  lua_resetthread(co);   /* closes pending to-be-closed variables */
+}
+
+static void resume(lua_State *L, cs_loop *lp, cs_task *t) {
+  int nres, nargs = 0;
+  lua_State *co = t->co;
+  if (lua_status(co) == LUA_YIELD) {
+    lua_pushinteger(co, t->wake);
+    nargs = 1;
+  } else {
+    nargs = lua_gettop(co) - 1;   /* first run: [task_main, task, fn, args...] */
+  }
+  t->state = T_RUNNING;
+  lp->current = t;
+  int st = lua_resume(co, L, nargs, &nres);
+  lp->current = NULL;
+  if (st == LUA_YIELD) {
+    lua_pop(co, nres);
+    if (t->state == T_RUNNING) {
+      /* a plain coroutine.yield() inside a task: treat as "let others run" */
+      t->wake = CS_WAKE_READY;
+      ready_push(lp, t);
+    }
+    return;
+  }
+  if (st != LUA_OK) task_crashed(L, t);
+  task_done(L, lp, t);
+}
+
+/* ---- signals ------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t sig_count;
+static int sig_fd = -1;
+
+static void on_signal(int signo) {
+  int saved = errno;
+  if (sig_count++ > 0 && signo == SIGINT) _exit(130);  /* second Ctrl-C: leave at once */
+  unsigned char b = (unsigned char)signo;
+  if (sig_fd >= 0 && write(sig_fd, &b, 1) < 0) { /* pipe full: a signal is pending anyway */ }
+  errno = saved;
+}
+
+static int signals_install(cs_loop *lp, struct sigaction old[2]) {
+  if (pipe2(lp->sigpipe, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sig_count = 0;
+  sig_fd = lp->sigpipe[1];
+  sigaction(SIGINT, &sa, &old[0]);
+  sigaction(SIGTERM, &sa, &old[1]);
+  return 0;
+}
+
+static void signals_restore(cs_loop *lp, struct sigaction old[2]) {
+  sigaction(SIGINT, &old[0], NULL);
+  sigaction(SIGTERM, &old[1], NULL);
+  sig_fd = -1;
+  close(lp->sigpipe[0]);
+  close(lp->sigpipe[1]);
+  lp->sigpipe[0] = lp->sigpipe[1] = -1;
+}
+
+/* Cancels t: a waiting task resumes at once with CS_WAKE_CANCELLED; a task in its
+ * destructors is left to finish them. */
+static void cancel_task(cs_loop *lp, cs_task *t) {
+  if (t->state == T_DONE) return;
+  t->cancelled = 1;
+  if (t->state == T_WAITING && !t->cleanup) make_ready(lp, t, CS_WAKE_CANCELLED);
+}
+
+static void cancel_all(cs_loop *lp) {
+  for (cs_task *t = lp->all_head; t; t = t->anext) cancel_task(lp, t);
+}
+
+/* ---- one turn: poll fds and timers, wake what is due -------------------------------- */
+
+static int poll_once(lua_State *L, cs_loop *lp) {
+  size_t n = 1;
+  for (cs_task *t = lp->fd_head; t; t = t->fdnext) n++;
+  if (n > lp->pfd_cap) {
+    struct pollfd *p = realloc(lp->pfds, n * sizeof *p);
+    if (!p) return luaL_error(L, "out of memory");
+    lp->pfds = p;
+    cs_task **pt = realloc(lp->pfd_task, n * sizeof *pt);
+    if (!pt) return luaL_error(L, "out of memory");
+    lp->pfd_task = pt;
+    lp->pfd_cap = n;
+  }
+  lp->pfds[0] = (struct pollfd){.fd = lp->sigpipe[0], .events = POLLIN};
+  n = 1;
+  for (cs_task *t = lp->fd_head; t; t = t->fdnext, n++) {
+    lp->pfds[n] = (struct pollfd){.fd = t->fd, .events = t->events};
+    lp->pfd_task[n] = t;
+  }
+  int timeout = -1;
+  if (lp->ready_head) timeout = 0;
+  else if (lp->heap_len) {
+    double d = lp->heap[0]->deadline - cs_now();
+    timeout = d <= 0 ? 0 : (int)ceil(d * 1000.0);
+  } else if (n == 1) {
+    return 0;  /* nothing can ever wake the waiting tasks */
+  }
+  int r = poll(lp->pfds, n, timeout);
+  if (r < 0 && errno != EINTR) return luaL_error(L, "poll: %s", strerror(errno));
+  if (r > 0) {
+    if (lp->pfds[0].revents) {
+      unsigned char b;
+      while (read(lp->sigpipe[0], &b, 1) == 1) {
+        if (!lp->interrupted) lp->interrupted = b;
+        cancel_all(lp);
+      }
+    }
+    for (size_t i = 1; i < n; i++) {
+      cs_task *t = lp->pfd_task[i];
+      if (!lp->pfds[i].revents || t->state != T_WAITING) continue;
+      t->revents = lp->pfds[i].revents;
+      if (t->q) cs_waitq_wake(L, t->q); else make_ready(lp, t, CS_WAKE_READY);
+    }
+  }
+  double now = cs_now();
+  while (lp->heap_len && lp->heap[0]->deadline <= now)
+    make_ready(lp, lp->heap[0], CS_WAKE_TIMEOUT);
+  return 1;
+}
+
+/* Runs until every task has ended. */
+static void run_all(lua_State *L, cs_loop *lp) {
+  while (lp->live > 0) {
+    /* resume only what is ready now; tasks made ready meanwhile wait for the next turn */
+    cs_task *end = lp->ready_tail;
+    while (lp->ready_head) {
+      cs_task *t = lp->ready_head;
+      lp->ready_head = t->rnext;
+      if (!lp->ready_head) lp->ready_tail = NULL;
+      resume(L, lp, t);
+      if (t == end) break;
+    }
+    if (lp->live == 0) break;
+    if (!poll_once(L, lp)) {
+      /* deadlock: tasks wait on queues nobody will wake; cancel them so they unwind */
+      cs_task *t = lp->all_head;
+      for (; t; t = t->anext) {
+        if (t->state == T_WAITING) {
+          t->cancelled = 1;
+          make_ready(lp, t, CS_WAKE_CANCELLED);
+        }
+      }
+    }
+  }
+}
+
+/* ---- Lua API ------------------------------------------------------------------------ */
+
+/* Pushes a task's outcome as join reports it: true, results... | false, err, code. */
+static int push_outcome(lua_State *L, cs_task *t, int idx) {
+  lua_getiuservalue(L, idx, UV_RESULTS);
+  int res = lua_gettop(L);
+  lua_getfield(L, res, "n");
+  int n = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  luaL_checkstack(L, n + 3, "too many results");
+  if (t->ok) {
+    lua_pushboolean(L, 1);
+    for (int i = 1; i <= n; i++) lua_rawgeti(L, res, i);
+    return n + 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_rawgeti(L, res, 1);
+  lua_pushstring(L, t->code ? t->code : "error");
+  return 3;
+}
+
+/* loop.run(fn, ...) -> true, results... | false, err, code */
+static int l_loop_run(lua_State *L) {
+  cs_loop *lp = get_loop(L);
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (lp->running) return luaL_error(L, "loop.run: the loop is already running");
+  struct sigaction old[2];
+  if (signals_install(lp, old) != 0) return luaL_error(L, "loop.run: pipe: %s", strerror(errno));
+  lp->running = 1;
+  lp->interrupted = 0;
+  lp->main = spawn(L, lp, 1);
+  int tidx = lua_gettop(L);
+  run_all(L, lp);
+  lp->running = 0;
+  signals_restore(lp, old);
+  return push_outcome(L, check_task(L, tidx), tidx);
+}
+
+/* The main task ending cancels the rest: wrap so run() drains them afterwards. */
+static int l_loop_spawn(lua_State *L) {
+  cs_loop *lp = get_loop(L);
+  if (!lp->running) return luaL_error(L, "loop.spawn: the loop is not running (use loop.run)");
+  spawn(L, lp, 1);
+  return 1;
+}
+
+static int sleep_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status; (void)ctx;
+  if (cs_wake_status(L) == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* loop.sleep(seconds): yields the task; raises "cancelled" when cancelled. */
+static int l_loop_sleep(lua_State *L) {
+  double s = luaL_checknumber(L, 1);
+  luaL_argcheck(L, s >= 0, 1, "negative duration");
+  return cs_wait(L, -1, 0, NULL, cs_now() + s, 0, sleep_k);
+}
+
+static int wait_fd_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status; (void)ctx;
+  int w = cs_wake_status(L);
+  if (w == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
+  if (w == CS_WAKE_TIMEOUT) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "wait: timed out");
+    lua_pushliteral(L, "timeout");
+    return 3;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* loop.wait_fd(fd, "r"|"w", timeout) -> true | nil, msg, "timeout" */
+static int l_loop_wait_fd(lua_State *L) {
+  int fd = (int)luaL_checkinteger(L, 1);
+  const char *mode = luaL_checkstring(L, 2);
+  double timeout = luaL_optnumber(L, 3, -1);
+  luaL_argcheck(L, fd >= 0, 1, "bad file descriptor");
+  short ev = strchr(mode, 'w') ? POLLOUT : POLLIN;
+  return cs_wait(L, fd, ev, NULL, timeout >= 0 ? cs_now() + timeout : 0, 0, wait_fd_k);
+}
+
+static int join_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status; (void)ctx;
+  int w = cs_wake_status(L);
+  cs_task *t = check_task(L, 1);
+  if (w == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
+  if (t->state != T_DONE) {
+    lua_pushboolean(L, 0);
+    lua_pushfstring(L, "join: task %d did not finish in time", (int)t->id);
+    lua_pushliteral(L, "timeout");
+    return 3;
+  }
+  lua_settop(L, 1);
+  return push_outcome(L, t, 1);
+}
+
+/* task:join([timeout]) -> true, results... | false, err, "error"|"cancelled"|"timeout" */
+static int l_task_join(lua_State *L) {
+  cs_task *t = check_task(L, 1);
+  double timeout = luaL_optnumber(L, 2, -1);
+  lua_settop(L, 1);
+  if (t->state == T_DONE) return push_outcome(L, t, 1);
+  cs_task *me = running_task(L);
+  if (me == t) return luaL_error(L, "task:join: a task cannot join itself");
+  return cs_wait(L, -1, 0, &t->joiners, timeout >= 0 ? cs_now() + timeout : 0, 0, join_k);
+}
+
+static int l_task_cancel(lua_State *L) {
+  cs_task *t = check_task(L, 1);
+  cancel_task(t->loop, t);
+  return 0;
+}
+
+static int l_task_status(lua_State *L) {
+  static const char *const names[] = {"ready", "running", "waiting", "done"};
+  cs_task *t = check_task(L, 1);
+  lua_pushstring(L, names[t->state]);
+  return 1;
+}
+
+static int l_task_id(lua_State *L) {
+  lua_pushinteger(L, check_task(L, 1)->id);
+  return 1;
+}
+
+static int l_task_cancelled(lua_State *L) {
+  lua_pushboolean(L, check_task(L, 1)->cancelled);
+  return 1;
+}
+
+static int l_task_tostring(lua_State *L) {
+  lua_pushfstring(L, "task %d", (int)check_task(L, 1)->id);
+  return 1;
+}
+
+/* loop.defer(fn): fn runs when the current task ends, however it ends (LIFO). */
+static int l_loop_defer(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  cs_task *t = running_task(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
+  lua_getiuservalue(L, -1, UV_DEFERS);
+  lua_pushvalue(L, 1);
+  lua_rawseti(L, -2, luaL_len(L, -2) + 1);
+  return 0;
+}
+
+static int l_loop_current(lua_State *L) {
+  cs_loop *lp = get_loop(L);
+  if (!lp->current || lp->current->co != L) return 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, lp->current->self_ref);
+  return 1;
+}
+
+static int l_loop_now(lua_State *L) {
+  lua_pushnumber(L, cs_now());
+  return 1;
+}
+
+static int l_loop_cancel_all(lua_State *L) {
+  cancel_all(get_loop(L));
+  return 0;
+}
+
+static int l_loop_interrupted(lua_State *L) {
+  cs_loop *lp = get_loop(L);
+  if (!lp->interrupted) return 0;
+  lua_pushinteger(L, lp->interrupted);
+  return 1;
+}
+
+static int l_loop_running(lua_State *L) {
+  lua_pushboolean(L, get_loop(L)->running);
+  return 1;
+}
+
+/* ---- semaphore: at most N holders; the rest wait FIFO ------------------------------- */
+
+typedef struct {
+  lua_Integer avail;
+  cs_waitq q;
+} cs_sem;
+
+static int sem_acquire_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status; (void)ctx;
+  cs_sem *s = luaL_checkudata(L, 1, SEM_MT);
+  int w = cs_wake_status(L);
+  if (w == CS_WAKE_CANCELLED) {
+    if (s->avail > 0) cs_waitq_wake_one(L, &s->q);  /* pass on a wake-up meant for us */
+    return cs_raise_cancelled(L);
+  }
+  if (s->avail > 0) {
+    s->avail--;
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (w == CS_WAKE_TIMEOUT) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "semaphore: timed out");
+    lua_pushliteral(L, "timeout");
+    return 3;
+  }
+  double deadline = lua_tonumber(L, 2);
+  return cs_wait(L, -1, 0, &s->q, deadline, 0, sem_acquire_k);
+}
+
+/* sem:acquire([timeout]) -> true | nil, msg, "timeout" */
+static int l_sem_acquire(lua_State *L) {
+  cs_sem *s = luaL_checkudata(L, 1, SEM_MT);
+  double timeout = luaL_optnumber(L, 2, -1);
+  if (s->avail > 0 && !s->q.head) {
+    s->avail--;
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_settop(L, 1);
+  lua_pushnumber(L, timeout >= 0 ? cs_now() + timeout : 0);
+  return cs_wait(L, -1, 0, &s->q, lua_tonumber(L, 2), 0, sem_acquire_k);
+}
+
+static int l_sem_release(lua_State *L) {
+  cs_sem *s = luaL_checkudata(L, 1, SEM_MT);
+  s->avail++;
+  cs_waitq_wake_one(L, &s->q);
+  return 0;
+}
+
+static int l_sem_available(lua_State *L) {
+  cs_sem *s = luaL_checkudata(L, 1, SEM_MT);
+  lua_pushinteger(L, s->avail);
+  return 1;
+}
+
+static int l_loop_semaphore(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n >= 0, 1, "negative count");
+  cs_sem *s = lua_newuserdatauv(L, sizeof *s, 0);
+  s->avail = n;
+  s->q.head = s->q.tail = NULL;
+  luaL_setmetatable(L, SEM_MT);
+  return 1;
+}
+
+static const luaL_Reg task_methods[] = {
+  {"join", l_task_join},
+  {"cancel", l_task_cancel},
+  {"status", l_task_status},
+  {"id", l_task_id},
+  {"cancelled", l_task_cancelled},
+  {NULL, NULL}
+};
+
+static const luaL_Reg sem_methods[] = {
+  {"acquire", l_sem_acquire},
+  {"release", l_sem_release},
+  {"available", l_sem_available},
+  {NULL, NULL}
+};
+
+static const luaL_Reg loop_funcs[] = {
+  {"run", l_loop_run},
+  {"spawn", l_loop_spawn},
+  {"sleep", l_loop_sleep},
+  {"wait_fd", l_loop_wait_fd},
+  {"defer", l_loop_defer},
+  {"current", l_loop_current},
+  {"now", l_loop_now},
+  {"cancel_all", l_loop_cancel_all},
+  {"interrupted", l_loop_interrupted},
+  {"running", l_loop_running},
+  {"semaphore", l_loop_semaphore},
+  {NULL, NULL}
+};
+
+static void new_class(lua_State *L, const char *name, const luaL_Reg *methods,
+                      lua_CFunction tostring) {
+  luaL_newmetatable(L, name);
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_setfield(L, -2, "__index");
+  if (tostring) {
+    lua_pushcfunction(L, tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+}
+
+int luaopen_cargoship_loop(lua_State *L) {
+  new_class(L, TASK_MT, task_methods, l_task_tostring);
+  new_class(L, SEM_MT, sem_methods, NULL);
+  get_loop(L);
+  luaL_newlib(L, loop_funcs);
+  return 1;
+}

@@ -1,0 +1,3 @@
+/* modules.h - the runtime's primitive families, one CS_FAMILY line each (X-macro). */
+CS_FAMILY(loop)
+CS_FAMILY(util)

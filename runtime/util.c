@@ -1,0 +1,139 @@
+/* util.c - small primitives: sha256, the one shell-quoting helper, clock, terminal test. */
+#include "cs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int cs_fail(lua_State *L, const char *who, const char *op, const char *detail, const char *code) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s: %s", who, op, detail);
+  lua_pushstring(L, code);
+  return 3;
+}
+
+/* POSIX single quotes keep every byte literal except the quote itself, which is
+ * closed, escaped and reopened: 'it'\''s'. NUL cannot travel in a shell word at
+ * all, so callers reject it (util.quote raises). */
+void cs_quote(luaL_Buffer *b, const char *s, size_t len) {
+  luaL_addchar(b, '\'');
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] == '\'') luaL_addstring(b, "'\\''");
+    else luaL_addchar(b, s[i]);
+  }
+  luaL_addchar(b, '\'');
+}
+
+/* util.quote(s) -> shell word; raises on NUL (it cannot reach a remote shell intact) */
+static int l_util_quote(lua_State *L) {
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  luaL_argcheck(L, memchr(s, '\0', len) == NULL, 1, "string holds a NUL byte, which no shell word can carry");
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  cs_quote(&b, s, len);
+  luaL_pushresult(&b);
+  return 1;
+}
+
+static void push_hex(lua_State *L, const unsigned char *md, unsigned n) {
+  static const char hex[] = "0123456789abcdef";
+  char out[2 * EVP_MAX_MD_SIZE];
+  for (unsigned i = 0; i < n; i++) {
+    out[2 * i] = hex[md[i] >> 4];
+    out[2 * i + 1] = hex[md[i] & 15];
+  }
+  lua_pushlstring(L, out, 2 * n);
+}
+
+/* util.sha256(s) -> hex digest */
+static int l_util_sha256(lua_State *L) {
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  if (!EVP_Digest(s, len, md, &n, EVP_sha256(), NULL)) return luaL_error(L, "sha256: libcrypto failed");
+  push_hex(L, md, n);
+  return 1;
+}
+
+/* util.sha256_file(path) -> hex digest, size | nil, "path: sha256: detail", "io" */
+static int l_util_sha256_file(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return cs_fail(L, path, "sha256", strerror(errno), "io");
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+    EVP_MD_CTX_free(ctx);
+    close(fd);
+    return luaL_error(L, "sha256: libcrypto failed");
+  }
+  static unsigned char buf[1 << 16];
+  lua_Integer total = 0;
+  ssize_t r;
+  while ((r = read(fd, buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR)) {
+    if (r < 0) continue;
+    EVP_DigestUpdate(ctx, buf, (size_t)r);
+    total += r;
+  }
+  int err = r < 0 ? errno : 0;
+  close(fd);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_DigestFinal_ex(ctx, md, &n);
+  EVP_MD_CTX_free(ctx);
+  if (err) return cs_fail(L, path, "sha256", strerror(err), "io");
+  push_hex(L, md, n);
+  lua_pushinteger(L, total);
+  return 2;
+}
+
+static int l_util_now(lua_State *L) {
+  lua_pushnumber(L, cs_now());
+  return 1;
+}
+
+/* util.isatty(fd | "stdin" | "stdout" | "stderr") -> boolean */
+static int l_util_isatty(lua_State *L) {
+  int fd;
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    static const char *const names[] = {"stdin", "stdout", "stderr", NULL};
+    fd = luaL_checkoption(L, 1, NULL, names);
+  } else {
+    fd = (int)luaL_checkinteger(L, 1);
+  }
+  lua_pushboolean(L, isatty(fd));
+  return 1;
+}
+
+static int l_util_getpid(lua_State *L) {
+  lua_pushinteger(L, getpid());
+  return 1;
+}
+
+static int l_util_hostname(lua_State *L) {
+  char name[256];
+  if (gethostname(name, sizeof name) != 0) return cs_fail(L, "localhost", "hostname", strerror(errno), "io");
+  name[sizeof name - 1] = '\0';
+  lua_pushstring(L, name);
+  return 1;
+}
+
+static const luaL_Reg util_funcs[] = {
+  {"quote", l_util_quote},
+  {"sha256", l_util_sha256},
+  {"sha256_file", l_util_sha256_file},
+  {"now", l_util_now},
+  {"isatty", l_util_isatty},
+  {"getpid", l_util_getpid},
+  {"hostname", l_util_hostname},
+  {NULL, NULL}
+};
+
+int luaopen_cargoship_util(lua_State *L) {
+  luaL_newlib(L, util_funcs);
+  return 1;
+}
