@@ -1,0 +1,5 @@
+-- luacheck configuration: Lua 5.4, no globals anywhere; busted's globals in specs.
+std = "lua54"
+max_line_length = 110
+files["tests"] = { std = "+busted" }
+exclude_files = { "build", "build-*" }

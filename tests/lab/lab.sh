@@ -1,0 +1,562 @@
+#!/usr/bin/env bash
+# lab.sh - multi-host SSH test lab for cargoship, built from Linux namespaces.
+#
+# Every host hN is a set of namespaces on this machine: its own network
+# namespace (eth0 = $LAB_NET.(10+N)/24), UTS (hostname), IPC, mount, PID and
+# cgroup namespace; an overlayfs root (a per-host upper dir over a shared,
+# cached debootstrap'd Debian 12 rootfs plus optional layers); a real OpenSSH
+# sshd; and as PID 1 either systemd (default, what real engines run under) or
+# runit's runsvdir.
+#
+# The hosts hang off a bridge that lives in a dedicated "lab" network
+# namespace, never the machine's root namespace: the root namespace gets no
+# route to $LAB_NET.0/24, so a client started outside the lab, before `up` or
+# after `down` cannot send lab traffic out of the machine's default route.
+# Clients (cargoship, test drivers, ansible) therefore run inside the lab:
+# `lab.sh exec CMD...`.
+#
+# Usage:
+#   lab.sh up N           hosts h1..hN (1..200); declarative and idempotent
+#   lab.sh down           remove every host, the lab netns, cgroups, state
+#   lab.sh status         one line for the lab, one per host
+#   lab.sh exec CMD...    run CMD inside the lab network namespace
+#   lab.sh ssh I CMD...   OpenSSH to host hI from inside the lab
+#   lab.sh upper I        path of host hI's overlay upper dir
+#   lab.sh pid I          host hI's PID 1 as seen from the machine
+#   lab.sh link I up|down set host hI's link up/down (it stops answering)
+#   lab.sh purge          down + delete the cached rootfs and layers
+# Environment (see README.md):
+#   LAB_PREFIX (cs)  LAB_NET (10.250.0)  LAB_STATE  LAB_CACHE  LAB_MIRROR
+#   LAB_OS (debian|rocky, comma list cycled over hosts)
+#   LAB_INIT (systemd|runit, comma list cycled over hosts; default systemd)
+# Needs: root, util-linux, iproute2, openssh-client, debootstrap.
+set -euo pipefail
+umask 022   # the upper-dir seeding relies on dirs being created 0755
+
+PREFIX=${LAB_PREFIX:-cs}
+NET=${LAB_NET:-10.250.0}
+STATE=${LAB_STATE:-/var/lib/cargoship-lab/$PREFIX}
+CACHE=${LAB_CACHE:-/var/lib/cargoship-lab/cache}
+LABNS=$PREFIX-lab            # network namespace holding the bridge; clients run here
+BR=${PREFIX}br               # bridge (in $LABNS)
+CGNAME=${PREFIX}lab          # cgroup v2 subtree; one child cgroup per host
+RUN=/run/cargoship-lab       # machine-wide bookkeeping shared by all labs (tmpfs:
+                             # gone after a reboot, like the namespaces themselves)
+SUITE=bookworm
+# Bump when the rootfs/layer recipe changes: a cache built by an older recipe
+# is then rebuilt instead of silently reused.
+RECIPE=cargoship-lab-1
+PKGS=openssh-server,openssh-sftp-server,runit,sudo,iproute2,procps,python3,coreutils,util-linux,iputils-ping
+SELF=$(readlink -f "$0")
+
+log() { echo "lab[$PREFIX]: $*" >&2; }
+die() { log "$*"; exit 1; }
+in_lab() { ip netns exec "$LABNS" "$@"; }
+ip_of() { echo "$NET.$((10 + $1))"; }          # host index -> address
+hostdir() { echo "$STATE/hosts/h$1"; }
+
+# Names end up in interface names (IFNAMSIZ: 15 chars incl. "v200"), netns
+# and cgroup names: keep them short and boring.
+[[ $PREFIX =~ ^[a-z][a-z0-9]{0,9}$ ]] || die "LAB_PREFIX must match [a-z][a-z0-9]{0,9}"
+[[ $NET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "LAB_NET must be a /24 prefix like 10.250.0"
+
+# ======================================================================
+# Cached images: base rootfs and layers (shared by all prefixes)
+# ======================================================================
+
+# Debian mirror: LAB_MIRROR, else the machine's apt sources (deb822 stanza or
+# one-line entry for our suite; -security and third-party repos don't match).
+mirror() {
+  local m=${LAB_MIRROR:-}
+  if [ -z "$m" ]; then
+    m=$(awk -v s="$SUITE" '
+      function flush() { if (!done && u != "" && (" " su " ") ~ (" " s " ")) { print u; done = 1 } u = ""; su = "" }
+      /^[ \t]*$/ { flush(); next }
+      /^URIs:/ { u = $2 }
+      /^Suites:/ { $1 = ""; su = $0 }
+      END { flush() }' /dev/null /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
+  fi
+  if [ -z "$m" ]; then
+    m=$(sed -n -E "s/^deb +(\[[^]]*\] +)?([^ ]+) +$SUITE( .*)?$/\2/p" \
+      /dev/null /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -1)
+  fi
+  [ -n "$m" ] || die "no Debian $SUITE mirror in the apt sources; set LAB_MIRROR"
+  echo "$m"
+}
+
+# Base rootfs: debootstrap minbase once, customised, built in rootfs.tmp and
+# renamed into place; rootfs.ok (written last) marks it complete, so an
+# interrupted build is never used.
+build_rootfs() {
+  local R=$CACHE/rootfs.tmp M
+  [ "$(cat "$CACHE/rootfs.ok" 2>/dev/null)" = "$RECIPE" ] && return
+  rm -rf "$R" "$CACHE/rootfs" "$CACHE/rootfs.ok" "$CACHE"/layer-*   # layers depend on it
+  M=$(mirror)
+  log "building the base rootfs: debootstrap $SUITE from $M (one-time, ~40 s)"
+  # In a private mount namespace: the proc/sys mounts debootstrap makes inside
+  # the target vanish with it, even if it is interrupted.
+  unshare --mount --propagation private \
+    debootstrap --variant=minbase --include="$PKGS" "$SUITE" "$R" "$M" >"$CACHE/debootstrap.log" 2>&1 \
+    || die "debootstrap failed, see $CACHE/debootstrap.log"
+  # openssh-server's postinst baked host keys into the image: every host
+  # would share them. Each host gets its own ed25519 key at `up` instead.
+  rm -f "$R"/etc/ssh/ssh_host_*
+  cat >"$R/etc/ssh/sshd_config.d/cargoship-lab.conf" <<'EOF'
+# cargoship lab: one host key type, key-only logins. MaxSessions/MaxStartups
+# stay at sshd's defaults on purpose (tests depend on 10 and 10:30:100).
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+# Per-host keys are dropped into /etc/ssh/authorized_keys/ (a dir the lower
+# layer already has with the same owner/mode), never into /root or /home,
+# whose modes the upper dir would otherwise override (StrictModes).
+AuthorizedKeysFile .ssh/authorized_keys /etc/ssh/authorized_keys/%u
+EOF
+  mkdir -m 755 "$R/etc/ssh/authorized_keys"
+  # tb: passwordless sudo. tbpw: sudo that needs a password (error-path tests).
+  chroot "$R" useradd -m -u 1000 -s /bin/bash tb
+  chroot "$R" useradd -m -u 1001 -s /bin/bash tbpw
+  echo 'tbpw:labpassword' | chroot "$R" chpasswd
+  echo 'tb ALL=(ALL) NOPASSWD: ALL' >"$R/etc/sudoers.d/tb"
+  echo 'tbpw ALL=(ALL) ALL' >"$R/etc/sudoers.d/tbpw"
+  chmod 440 "$R/etc/sudoers.d/tb" "$R/etc/sudoers.d/tbpw"
+  # runit's placeholder service (sleep 6000) only costs a process per host
+  rm -f "$R/etc/runit/runsvdir/default/default-syslog"
+  # Let sshd's login records go nowhere: without these files sshd does not
+  # create them, so a login leaves no trace in a host's upper dir (tests diff
+  # it to prove that a dry run wrote nothing).
+  rm -f "$R/var/log/wtmp" "$R/var/log/btmp" "$R/var/log/lastlog"
+  : >"$R/etc/resolv.conf"   # debootstrap copied the machine's; hosts get no DNS
+  : >"$R/etc/machine-id"    # seeded per host at `up`
+  rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/*
+  mv "$R" "$CACHE/rootfs"
+  echo "$RECIPE" >"$CACHE/rootfs.ok"
+}
+
+# Layer NAME = packages installed over BASE (a lowerdir string), captured as
+# the upper dir of a throw-away overlay, so it holds only the delta. Built in
+# layer-NAME.tmp and renamed; layer-NAME.ok marks it complete.
+build_layer() {
+  local name=$1 base=$2 pkgs=$3 L=$CACHE/layer-$1 M
+  [ "$(cat "$L.ok" 2>/dev/null)" = "$RECIPE" ] && return
+  rm -rf "$L" "$L.ok" "$L.tmp" "$L.work" "$L.mnt"
+  mkdir -p "$L.tmp" "$L.work" "$L.mnt"
+  M=$(mirror)
+  log "building layer $name ($pkgs; one-time, ~10 s)"
+  # private mount ns: the overlay and proc mounts vanish with it, even on failure
+  unshare --mount --propagation private bash -ec '
+    L=$1 base=$2 mirror=$3 suite=$4 pkgs=$5 M=$1.mnt
+    mount -t overlay overlay -o "lowerdir=$base,upperdir=$L.tmp,workdir=$L.work" "$M"
+    mount -t proc proc "$M/proc"
+    cp /etc/resolv.conf "$M/etc/resolv.conf"
+    printf "deb %s %s main\n" "$mirror" "$suite" >"$M/etc/apt/sources.list"
+    chroot "$M" sh -ec "apt-get -q update
+      DEBIAN_FRONTEND=noninteractive apt-get -qy install --no-install-recommends $pkgs
+      apt-get clean; rm -rf /var/lib/apt/lists/*"
+    : >"$M/etc/resolv.conf"' _ "$L" "$base" "$M" "$SUITE" "$pkgs" >"$CACHE/layer-$name.log" 2>&1 \
+    || die "layer $name failed, see $CACHE/layer-$name.log"
+  rm -rf "$L.work" "$L.mnt"
+  "fix_${name%%-*}" "$L.tmp"
+  mv "$L.tmp" "$L"
+  echo "$RECIPE" >"$L.ok"
+}
+
+# systemd as PID 1 of a container: no console to run a getty on; runit's
+# own unit would start a second sshd (Debian's /etc/service/ssh) next to
+# ssh.service; timers that would write into the upper dir (or try the
+# network) at random times are masked; the journal stays in /run so an idle
+# host's upper dir does not grow.
+fix_systemd() {
+  local u
+  for u in console-getty.service runit.service apt-daily.timer apt-daily-upgrade.timer \
+    dpkg-db-backup.timer e2scrub_all.timer fstrim.timer; do
+    ln -sf /dev/null "$1/etc/systemd/system/$u"
+  done
+  mkdir -p "$1/etc/systemd/journald.conf.d"
+  printf '[Journal]\nStorage=volatile\n' >"$1/etc/systemd/journald.conf.d/cargoship-lab.conf"
+  rm -f "$1/var/log/wtmp" "$1/var/log/btmp" "$1/var/log/lastlog"
+}
+
+# "Rocky Linux 9" look-alike: Debian's rpm + dnf, Rocky's os-release and
+# release files, and /etc/debian_version hidden by an overlayfs whiteout
+# (char device 0:0). Not a real EL userland (see README).
+fix_rocky() {
+  cat >"$1/usr/lib/os-release" <<'EOF'
+NAME="Rocky Linux"
+VERSION="9.3 (Blue Onyx)"
+ID="rocky"
+ID_LIKE="rhel centos fedora"
+VERSION_ID="9.3"
+PLATFORM_ID="platform:el9"
+PRETTY_NAME="Rocky Linux 9.3 (Blue Onyx)"
+ANSI_COLOR="0;32"
+CPE_NAME="cpe:/o:rocky:rocky:9::baseos"
+HOME_URL="https://rockylinux.org/"
+EOF
+  rm -f "$1/etc/os-release"; ln -s ../usr/lib/os-release "$1/etc/os-release"
+  echo "Rocky Linux release 9.3 (Blue Onyx)" >"$1/etc/rocky-release"
+  ln -sf rocky-release "$1/etc/redhat-release"; ln -sf rocky-release "$1/etc/system-release"
+  rm -f "$1/etc/debian_version"; mknod "$1/etc/debian_version" c 0 0
+  mkdir -p "$1/etc/dnf/vars" "$1/etc/yum.repos.d"; echo 9 >"$1/etc/dnf/vars/releasever"
+}
+
+# lowerdir string for a flavour (leftmost wins). The rocky layer is built
+# per init on top of that init's stack, so its dpkg status, passwd/group and
+# ld.so.cache include the init's packages instead of hiding them.
+lower_of() {  # OS INIT
+  local l=$CACHE/rootfs
+  [ "$2" != systemd ] || l=$CACHE/layer-systemd:$l
+  [ "$1" != rocky ] || l=$CACHE/layer-rocky-$2:$l
+  echo "$l"
+}
+
+# Build whatever the requested flavours need, under a lock: several labs
+# (prefixes) share one cache and may run `up` at the same time.
+ensure_images() {  # "os init" pairs...
+  local f
+  mkdir -p "$CACHE"
+  exec 8>"$CACHE/.lock"; flock 8
+  build_rootfs
+  for f in "$@"; do
+    case $f in *" systemd") build_layer systemd "$CACHE/rootfs" "systemd systemd-sysv" ;; esac
+  done
+  for f in "$@"; do
+    case $f in
+      "rocky runit") build_layer rocky-runit "$CACHE/rootfs" "rpm dnf" ;;
+      "rocky systemd") build_layer rocky-systemd "$CACHE/layer-systemd:$CACHE/rootfs" "rpm dnf" ;;
+    esac
+  done
+  exec 8>&-
+}
+
+# ======================================================================
+# Hosts
+# ======================================================================
+
+cg2() { findmnt -rn -t cgroup2 -o TARGET | head -1; }   # /sys/fs/cgroup, or .../unified if hybrid
+hosts() { [ -d "$STATE/hosts" ] && find "$STATE/hosts" -mindepth 1 -maxdepth 1 -name 'h*' -printf '%f\n' | sort -V || true; }
+unshare_pid() { cat "$(hostdir "$1")/pid" 2>/dev/null || true; }
+running() {  # recorded pid alive AND still our unshare for this lab+host (pid reuse guard)
+  local p; p=$(unshare_pid "$1")
+  [ -n "$p" ] && tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -qF " _init $STATE h$1 "
+}
+pid1() {  # the host's PID 1 = the only child of its unshare
+  local p; p=$(unshare_pid "$1")
+  running "$1" && tr -d ' \n' <"/proc/$p/task/$p/children"
+}
+dead() {  # gone, or a zombie (its namespaces are already released then)
+  [ ! -e "/proc/$1" ] || [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" = Z ]
+}
+
+host_down() {  # I
+  local i=$1 d p c cg t
+  d=$(hostdir "$i") cg=$(cg2)/$CGNAME/h$i
+  # 1. kill: cgroup.kill takes everything in the host's cgroup (its unshare,
+  # PID 1 and all descendants, even with a lost pid file); SIGKILL to PID 1
+  # also makes the kernel kill the whole PID namespace.
+  [ ! -e "$cg/cgroup.kill" ] || echo 1 >"$cg/cgroup.kill" 2>/dev/null || true
+  if running "$i"; then
+    p=$(unshare_pid "$i"); c=$(cat "/proc/$p/task/$p/children" 2>/dev/null || true)
+    # shellcheck disable=SC2086  # $c: zero or one pid
+    kill -KILL $c "$p" 2>/dev/null || true
+    # Killed processes are reparented to the machine's init, which may reap
+    # them only seconds later: "dead" = gone or zombie, so don't wait for reaping.
+    for p in $c $p; do t=500; while ! dead "$p" && [ $((t -= 1)) -gt 0 ]; do sleep 0.02; done; done
+  fi
+  if [ -d "$cg" ]; then   # wait until the cgroup is empty (zombies don't count)
+    t=500; while grep -q '^populated 1' "$cg/cgroup.events" 2>/dev/null && [ $((t -= 1)) -gt 0 ]; do sleep 0.02; done
+  fi
+  # 2. belt and braces: anything still in the host's netns is killed by pid
+  if [ -e "/run/netns/$PREFIX-h$i" ]; then
+    for p in $(ip netns pids "$PREFIX-h$i" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
+    ip netns del "$PREFIX-h$i"   # also destroys eth0 and its veth peer in the lab
+  fi
+  # 3. a systemd host leaves sub-cgroups behind: remove leaves first
+  [ ! -d "$cg" ] || find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || log "cgroup $cg not removed"
+  # 4. the overlay was mounted only in the host's private mount namespace, so
+  # there is nothing to unmount here; refuse to rm through a mount anyway.
+  if [ -d "$d" ]; then
+    ! mountpoint -q "$d/merged" || die "$d/merged is mounted in the root namespace; not removing"
+    rm -rf "$d"
+  fi
+}
+
+host_up() {  # I OS INIT
+  local i=$1 os=$2 init=$3 h=h$1 ip d mac cg
+  ip=$(ip_of "$i") d=$(hostdir "$i") cg=$(cg2)/$CGNAME/h$i
+  host_down "$i"   # clear leftovers of a crashed or wrong-flavour host
+  mkdir -p "$d/upper/etc/ssh/authorized_keys" "$d/work" "$d/merged"
+  # Seed the empty upper dir before mounting, only with files in /etc whose
+  # parent dirs have the same owner/mode as in the lower layer (the merged
+  # dir takes the upper's attributes). After mounting, write only through
+  # the host's view (/proc/PID/root), never into a mounted upper dir.
+  echo "$h" >"$d/upper/etc/hostname"
+  printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n%s\t%s.lab.internal %s\n' \
+    "$ip" "$h" "$h" >"$d/upper/etc/hosts"
+  # unique per host: engines (k0s etc.) derive node identity from it
+  od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$d/upper/etc/machine-id"; echo >>"$d/upper/etc/machine-id"
+  chmod 444 "$d/upper/etc/machine-id"
+  ssh-keygen -q -t ed25519 -N '' -C "root@$h" -f "$d/upper/etc/ssh/ssh_host_ed25519_key"
+  local u; for u in root tb tbpw; do cat "$STATE"/id_{ed25519,ecdsa,rsa}.pub >"$d/upper/etc/ssh/authorized_keys/$u"; done
+  lower_of "$os" "$init" >"$d/lower"
+  echo "$os $init" >"$d/flavour"
+  # network: veth pair created from the lab, lab end on the bridge, host end eth0
+  ip netns add "$PREFIX-$h"
+  # Fixed MAC per host: a re-created host keeps its MAC, so peers' ARP
+  # caches stay valid (a new MAC on a known IP costs ~30 s of timeouts).
+  mac=$(printf '02:6c:61:62:%02x:%02x' $((i / 256)) $((i % 256)))
+  ip -n "$LABNS" link add "${PREFIX}v$i" type veth peer name eth0 netns "$PREFIX-$h" address "$mac"
+  ip -n "$LABNS" link set "${PREFIX}v$i" master "$BR" up
+  ip -n "$PREFIX-$h" link set lo up
+  ip -n "$PREFIX-$h" addr add "$ip/24" dev eth0
+  ip -n "$PREFIX-$h" link set eth0 up
+  ip -n "$PREFIX-$h" route add default via "$NET.1"   # the lab does not forward: nothing leaves it
+  # Each host gets its own cgroup (one cgroup.kill ends it) and a cgroup
+  # namespace rooted there: systemd needs a writable cgroup2 tree of its own.
+  mkdir -p "$cg"
+  # Start: the subshell joins the cgroup, then execs setsid (no fork: a
+  # background job of a script is no process group leader) -> nsenter (no
+  # fork for --net) -> unshare, so $! is unshare's pid. --kill-child ties
+  # the host's lifetime to it. fds 8/9 (our locks) must not leak into hosts.
+  ( echo "$BASHPID" >"$cg/cgroup.procs"
+    exec setsid nsenter --net="/run/netns/$PREFIX-$h" \
+      unshare --mount --propagation private --uts --ipc --pid --cgroup --kill-child \
+      "$SELF" _init "$STATE" "$h" "$init" ) >"$d/console.log" 2>&1 </dev/null 8>&- 9>&- &
+  echo $! >"$d/pid"
+}
+
+# Runs as PID 1 of the new PID namespace, in a private copy of the mount ns.
+host_init() {  # STATE hN INIT
+  local d=$1/hosts/$2 h=$2 init=$3 m n
+  m=$d/merged
+  mount -t overlay overlay -o "lowerdir=$(cat "$d/lower"),upperdir=$d/upper,workdir=$d/work" "$m"
+  mount -t proc proc "$m/proc"                   # our PID namespace
+  mount -t sysfs sysfs "$m/sys"                  # sysfs of our netns: /sys/class/net = lo, eth0
+  mount -t cgroup2 cgroup2 "$m/sys/fs/cgroup"    # root = our cgroup namespace
+  mount -t tmpfs -o mode=755,size=1m tmpfs "$m/dev"
+  for n in null zero full random urandom tty; do touch "$m/dev/$n"; mount --bind "/dev/$n" "$m/dev/$n"; done
+  mkdir "$m/dev/pts" "$m/dev/shm"
+  mount -t devpts -o newinstance,ptmxmode=0666,mode=620,gid=5 devpts "$m/dev/pts"   # own ptys for ssh -t
+  ln -s pts/ptmx "$m/dev/ptmx"; ln -s /proc/self/fd "$m/dev/fd"
+  ln -s /proc/self/fd/0 "$m/dev/stdin"; ln -s /proc/self/fd/1 "$m/dev/stdout"; ln -s /proc/self/fd/2 "$m/dev/stderr"
+  mount -t tmpfs -o mode=1777 tmpfs "$m/dev/shm"
+  mount -t tmpfs -o mode=755 tmpfs "$m/run"
+  mount -t tmpfs -o mode=1777 tmpfs "$m/tmp"
+  hostname "$h"
+  # pivot_root, not chroot: afterwards the old root with every mount of the
+  # machine (including the /run/netns/* handles of the other hosts, which
+  # would otherwise keep their netns alive after `ip netns del`) is detached.
+  cd "$m"; pivot_root . mnt; umount -l /mnt; cd /
+  if [ "$init" = systemd ]; then   # container= makes systemd skip hardware/kernel setup
+    exec env -i container=cargoship-lab PATH=/usr/sbin:/usr/bin:/sbin:/bin /lib/systemd/systemd
+  fi
+  mkdir -p /run/runit/supervise /run/sshd
+  # runsvdir reaps every child, so it is a valid PID 1; Debian already ships
+  # and enables /etc/service/ssh.
+  exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    runsvdir -P /etc/service 'log: ......................................................'
+}
+
+# ======================================================================
+# Client files
+# ======================================================================
+
+write_files() {  # N: client files for hosts 1..N, each written to .tmp and renamed
+  local n=$1 i ip os init k=$STATE/id_ed25519
+  { echo "# generated by lab.sh; use inside the lab: lab.sh exec ssh -F $STATE/ssh_config h1"
+    for i in $(seq 1 "$n"); do
+      printf 'Host h%s %s\n  HostName %s\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n' "$i" "$(ip_of "$i")" "$(ip_of "$i")" "$k"
+      printf '  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n' "$STATE/known_hosts"
+      printf '  BatchMode yes\n  ConnectTimeout 10\n  LogLevel ERROR\n'
+    done
+  } >"$STATE/ssh_config.tmp"
+  for i in $(seq 1 "$n"); do
+    echo "h$i,$(ip_of "$i") $(cut -d' ' -f1,2 "$(hostdir "$i")/upper/etc/ssh/ssh_host_ed25519_key.pub")"
+  done >"$STATE/known_hosts.tmp"
+  { echo "[lab]"
+    for i in $(seq 1 "$n"); do echo "h$i ansible_host=$(ip_of "$i")"; done
+    printf '[lab:vars]\nansible_user=root\nansible_python_interpreter=/usr/bin/python3\n'
+    printf "ansible_ssh_common_args='-F %s'\n" "$STATE/ssh_config"
+  } >"$STATE/inventory.ini.tmp"
+  { printf 'apiVersion: zarf.dev/v1alpha1\nkind: ZarfCluster\nmetadata:\n  name: lab\nspec:\n'
+    printf '  config:\n    loadbalancer: h1.lab.internal\n  hosts:\n'
+    for i in $(seq 1 "$n"); do   # h1 is the (only) controller, all others are workers
+      printf '    - role: %s\n      ssh:\n        address: %s\n        user: root\n        keyPath: %s\n' \
+        "$([ "$i" = 1 ] && echo controller || echo worker)" "$(ip_of "$i")" "$k"
+    done
+  } >"$STATE/cluster.yaml.tmp"
+  for i in $(seq 1 "$n"); do
+    read -r os init <"$(hostdir "$i")/flavour"
+    printf 'h%s\t%s\t%s\t%s\n' "$i" "$(ip_of "$i")" "$os" "$init"
+  done >"$STATE/hosts.tsv.tmp"
+  for f in ssh_config known_hosts inventory.ini cluster.yaml hosts.tsv; do mv "$STATE/$f.tmp" "$STATE/$f"; done
+}
+
+# ======================================================================
+# Commands
+# ======================================================================
+
+lock() {  # serialise up/down/purge/link of one prefix
+  mkdir -p "$RUN/labs"
+  exec 9>"$RUN/$PREFIX.lock"; flock 9
+}
+
+# Raise fs.inotify.max_user_instances for systemd hosts: each systemd holds
+# ~5 inotify instances and the limit (default 128) counts every root process
+# of the machine, across namespaces; the ~26th systemd host dies silently.
+# The original value is kept machine-wide and restored by the last lab down.
+raise_inotify() {
+  [ "$(sysctl -n fs.inotify.max_user_instances)" -lt 8192 ] || return 0
+  [ -f "$RUN/inotify.orig" ] || sysctl -n fs.inotify.max_user_instances >"$RUN/inotify.orig"
+  sysctl -qw fs.inotify.max_user_instances=8192
+}
+
+cmd_up() {
+  local n=${1:-} i h os init t0=$EPOCHREALTIME fl=() need=() cur ready p states bad=""
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "usage: lab.sh up N (N = 1..200)"
+  local -a oses inits
+  IFS=, read -ra oses <<<"${LAB_OS:-debian}"
+  IFS=, read -ra inits <<<"${LAB_INIT:-systemd}"
+  for os in "${oses[@]}"; do [[ $os =~ ^(debian|rocky)$ ]] || die "LAB_OS: unknown '$os' (debian|rocky)"; done
+  for init in "${inits[@]}"; do [[ $init =~ ^(systemd|runit)$ ]] || die "LAB_INIT: unknown '$init' (systemd|runit)"; done
+  for i in $(seq 1 "$n"); do fl[i]="${oses[(i - 1) % ${#oses[@]}]} ${inits[(i - 1) % ${#inits[@]}]}"; done
+  mapfile -t need < <(printf '%s\n' "${fl[@]}" | sort -u)
+  [[ " ${need[*]} " != *" systemd "* ]] || [ -n "$(cg2)" ] || die "systemd hosts need a cgroup2 mount (findmnt -t cgroup2)"
+  lock
+  ensure_images "${need[@]}"
+  mkdir -p "$STATE/hosts" "$(cg2)/$CGNAME"
+  echo "$STATE $CACHE" >"$RUN/labs/$PREFIX"
+  for k in ed25519 ecdsa rsa; do
+    [ -f "$STATE/id_$k" ] || ssh-keygen -q -t "$k" -N '' -C "cargoship-lab-$PREFIX" -f "$STATE/id_$k"
+  done
+  if [ ! -e "/run/netns/$LABNS" ]; then
+    for h in $(hosts); do host_down "${h#h}"; done   # their veths died with the old lab
+    ip netns add "$LABNS"
+    ip -n "$LABNS" link set lo up
+    # Fixed MAC: a bridge without one takes its lowest port's MAC, which
+    # changes as hosts come and go (stale ARP again). STP is off by default,
+    # so ports forward at once.
+    ip -n "$LABNS" link add "$BR" address 02:6c:61:62:ff:ff type bridge
+    ip -n "$LABNS" addr add "$NET.1/24" dev "$BR"
+    ip -n "$LABNS" link set "$BR" up
+  fi
+  # declarative: exactly hosts 1..N, each of the requested flavour, running,
+  # with its veth still on the bridge; everything else is (re)created
+  cur=" $(ip -n "$LABNS" -o link show master "$BR" | awk -F': ' '{print $2}' | sed 's/@.*//' | tr '\n' ' ') "
+  for h in $(hosts); do
+    i=${h#h}
+    if [ "$i" -gt "$n" ]; then host_down "$i"; fi
+  done
+  [[ " ${need[*]} " != *" systemd "* ]] || raise_inotify
+  for i in $(seq 1 "$n"); do
+    if running "$i" && [ "$(cat "$(hostdir "$i")/flavour" 2>/dev/null)" = "${fl[i]}" ] \
+      && [[ $cur == *" ${PREFIX}v$i "* ]]; then continue; fi
+    # shellcheck disable=SC2086  # fl[i] is "OS INIT"
+    host_up "$i" ${fl[i]}
+  done
+  write_files "$n"
+  # wait from inside the lab until every sshd accepts connections
+  local ips; ips=$(for i in $(seq 1 "$n"); do ip_of "$i"; done | tr '\n' ' ')
+  in_lab timeout 60 bash -c 'for ip in '"$ips"'; do
+      until (exec 3<>"/dev/tcp/$ip/22") 2>/dev/null; do sleep 0.05; done; done' \
+    || die "sshd did not come up within 60 s; see $STATE/hosts/h*/console.log"
+  # systemd hosts: wait (bounded) until boot finished, so tests can start at
+  # once. nsenter into the host's mount+pid ns: no ssh handshake needed.
+  states=$(for i in $(seq 1 "$n"); do
+      [[ ${fl[i]} == *systemd ]] || continue
+      p=$(pid1 "$i") || { echo "h$i:dead"; continue; }
+      ( ready=$(timeout 60 nsenter -t "$p" -m -p env -i PATH=/usr/bin:/bin \
+          systemctl is-system-running --wait 2>/dev/null) || true
+        echo "h$i:${ready:-timeout}" ) &
+    done; wait)
+  for h in $states; do [[ $h == *:running || $h == *:degraded ]] || bad+=" $h"; done
+  [ -z "$bad" ] || die "systemd hosts not running after 60 s:$bad (see lab.sh ssh I systemctl --failed)"
+  log "$n host(s) up in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s ($(printf '%s\n' "${fl[@]}" | sort | uniq -c | awk '{printf "%s%d %s/%s", NR > 1 ? ", " : "", $1, $2, $3}')); files in $STATE; clients: $SELF exec ..."
+}
+
+cmd_down() {
+  local h i cg
+  lock
+  cg=$(cg2)
+  # hosts with a state dir, plus any netns or cgroup of our prefix whose
+  # state was lost
+  for i in $( { hosts | sed 's/^h//'
+      ip netns list | sed -n "s/^$PREFIX-h\([0-9]\+\)\( .*\)\?$/\1/p"
+      [ -z "$cg" ] || [ ! -d "$cg/$CGNAME" ] || find "$cg/$CGNAME" -mindepth 1 -maxdepth 1 -name 'h*' -printf '%f\n' | sed 's/^h//'
+    } | sort -un); do
+    host_down "$i"
+  done
+  [ ! -e "/run/netns/$LABNS" ] || ip netns del "$LABNS"   # takes the bridge with it
+  [ -z "$cg" ] || [ ! -d "$cg/$CGNAME" ] || rmdir "$cg/$CGNAME" || log "cgroup $cg/$CGNAME not removed"
+  # state: only the files we write (LAB_STATE might point somewhere odd)
+  rm -f "$STATE"/{ssh_config,known_hosts,inventory.ini,cluster.yaml,hosts.tsv}{,.tmp} \
+    "$STATE"/id_{ed25519,ecdsa,rsa}{,.pub}
+  rmdir "$STATE/hosts" "$STATE" 2>/dev/null || true
+  rm -f "$RUN/labs/$PREFIX"
+  # machine-wide leftovers, only when no other lab is up any more
+  for h in "$RUN"/labs/*; do   # forget labs whose netns is gone (e.g. killed mid-way)
+    [ -e "$h" ] || continue
+    [ -e "/run/netns/${h##*/}-lab" ] || rm -f "$h"
+  done
+  if [ -z "$(ls -A "$RUN/labs")" ] && [ -f "$RUN/inotify.orig" ]; then
+    sysctl -qw fs.inotify.max_user_instances="$(cat "$RUN/inotify.orig")"
+    rm -f "$RUN/inotify.orig"
+  fi
+  # `ip netns add` bind-mounts /run/netns onto itself; drop it once empty
+  if [ -d /run/netns ] && [ -z "$(ls -A /run/netns)" ]; then
+    umount /run/netns 2>/dev/null || true; rmdir /run/netns 2>/dev/null || true
+  fi
+  rm -f "$RUN/$PREFIX.lock"
+}
+
+cmd_purge() {
+  local l
+  cmd_down
+  for l in "$RUN"/labs/*; do
+    [ -e "$l" ] || continue
+    [ "$(cut -d' ' -f2 "$l")" != "$CACHE" ] || die "lab ${l##*/} still uses $CACHE; down it first"
+  done
+  rm -rf "$CACHE"/rootfs "$CACHE"/rootfs.{ok,tmp} "$CACHE"/layer-* "$CACHE"/*.log "$CACHE/.lock"
+  rmdir "$CACHE" 2>/dev/null || true
+  rmdir "$(dirname "$CACHE")" "$(dirname "$STATE")" 2>/dev/null || true
+}
+
+cmd_status() {
+  local h i st p link
+  if [ -e "/run/netns/$LABNS" ]; then echo "lab $LABNS: up ($BR $NET.1/24, state $STATE)"; else echo "lab $LABNS: down"; fi
+  for h in $(hosts); do
+    i=${h#h} st=down
+    if p=$(pid1 "$i"); then
+      link=$(ip -n "$LABNS" -o link show "${PREFIX}v$i" 2>/dev/null | grep -q 'state UP' && echo up || echo down)
+      st="up pid1=$p link=$link"
+      if in_lab timeout 1 bash -c "exec 3<>/dev/tcp/$(ip_of "$i")/22" 2>/dev/null; then st+=" sshd=ok"; else st+=" sshd=no"; fi
+    fi
+    printf '%-4s %-15s %-15s %s\n' "$h" "$(ip_of "$i")" "$(cat "$STATE/hosts/$h/flavour" 2>/dev/null)" "$st"
+  done
+}
+
+need_host() {  # I: validate a host index that exists
+  [[ ${1:-} =~ ^[0-9]+$ ]] && [ -d "$(hostdir "$1")" ] || die "no host h${1:-?} in this lab"
+}
+
+usage() { sed -n '2,/^# Needs/p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+cmd=${1:-}; shift || true
+case $cmd in
+  up) cmd_up "$@" ;;
+  down) cmd_down ;;
+  purge) cmd_purge ;;
+  status) cmd_status ;;
+  exec) [ $# -gt 0 ] || usage; [ -e "/run/netns/$LABNS" ] || die "lab is down"; in_lab "$@" ;;
+  ssh) need_host "${1:-}"; i=$1; shift; in_lab ssh -F "$STATE/ssh_config" "h$i" "$@" ;;
+  upper) need_host "${1:-}"; echo "$(hostdir "$1")/upper" ;;
+  pid) need_host "${1:-}"; pid1 "$1" || die "h$1 is not running"; echo ;;
+  link)
+    need_host "${1:-}"; [[ ${2:-} =~ ^(up|down)$ ]] || usage
+    # the lab end of the veth: the host keeps its address and routes but its
+    # eth0 loses carrier, so it simply stops answering (like a pulled cable)
+    ip -n "$LABNS" link set "${PREFIX}v$1" "$2" ;;
+  _init) host_init "$@" ;;
+  *) usage ;;
+esac

@@ -1,0 +1,158 @@
+-- Specs of the event loop (runtime/loop.c): ordering, join, cancellation, destructors.
+local loop = require "cargoship.loop"
+
+describe("loop", function()
+  it("wakes 1,000 sleeping tasks in deadline order in one loop", function()
+    local woke = {}
+    local ok = loop.run(function()
+      local tasks = {}
+      for i = 1, 1000 do
+        local d = math.random() * 0.3
+        tasks[i] = loop.spawn(function()
+          local deadline = loop.now() + d
+          loop.sleep(d)
+          woke[#woke + 1] = deadline
+          return i
+        end)
+      end
+      for i = 1, 1000 do
+        local jok, v = tasks[i]:join()
+        assert.is_true(jok)
+        assert.are.equal(i, v)
+      end
+    end)
+    assert.is_true(ok)
+    assert.are.equal(1000, #woke)
+    for i = 2, #woke do
+      assert.is_true(woke[i - 1] <= woke[i], "task " .. i .. " woke before an earlier deadline")
+    end
+  end)
+
+  it("does not oversleep much", function()
+    local ok, slept = loop.run(function()
+      local t0 = loop.now()
+      loop.sleep(0.05)
+      return loop.now() - t0
+    end)
+    assert.is_true(ok)
+    assert.is_true(slept >= 0.05 and slept < 0.5, "slept " .. slept)
+  end)
+
+  it("hands a task's results and its error to join", function()
+    loop.run(function()
+      local good = loop.spawn(function(a, b) return a + b, "x" end, 2, 3)
+      local bad = loop.spawn(function() error("boom", 0) end)
+      assert.are.same({ true, 5, "x" }, { good:join() })
+      assert.are.same({ false, "boom", "error" }, { bad:join() })
+    end)
+  end)
+
+  it("times out a join without cancelling the task", function()
+    loop.run(function()
+      local slow = loop.spawn(function() loop.sleep(0.2); return "late" end)
+      local ok, err, code = slow:join(0.01)
+      assert.is_false(ok)
+      assert.are.equal("timeout", code)
+      assert.matches("did not finish", err)
+      assert.are.same({ true, "late" }, { slow:join() })
+    end)
+  end)
+
+  it("cancels a waiting task at its wait and runs its destructors in reverse", function()
+    local ran = {}
+    loop.run(function()
+      local t = loop.spawn(function()
+        loop.defer(function() ran[#ran + 1] = "first" end)
+        loop.defer(function() ran[#ran + 1] = "second" end)
+        loop.sleep(60)
+        ran[#ran + 1] = "after sleep"
+      end)
+      loop.sleep(0.01)
+      t:cancel()
+      local ok, err, code = t:join(1)
+      assert.is_false(ok)
+      assert.are.equal("cancelled", err)
+      assert.are.equal("cancelled", code)
+    end)
+    assert.are.same({ "second", "first" }, ran)
+  end)
+
+  it("lets destructors wait even though the task was cancelled", function()
+    local cleaned = false
+    loop.run(function()
+      local t = loop.spawn(function()
+        loop.defer(function() loop.sleep(0.01); cleaned = true end)
+        loop.sleep(60)
+      end)
+      loop.sleep(0)
+      t:cancel()
+      t:join()
+    end)
+    assert.is_true(cleaned)
+  end)
+
+  it("closes to-be-closed variables when a task is cancelled", function()
+    local closed = false
+    loop.run(function()
+      local t = loop.spawn(function()
+        local guard <close> = setmetatable({}, { __close = function() closed = true end })
+        loop.sleep(60)
+        return guard
+      end)
+      loop.sleep(0)
+      t:cancel()
+      t:join()
+    end)
+    assert.is_true(closed)
+  end)
+
+  it("cancels the remaining tasks when the main task ends", function()
+    local cleaned = 0
+    local t0 = loop.now and require("cargoship.util").now()
+    loop.run(function()
+      for _ = 1, 10 do
+        loop.spawn(function()
+          loop.defer(function() cleaned = cleaned + 1 end)
+          loop.sleep(60)
+        end)
+      end
+      loop.sleep(0)
+    end)
+    assert.are.equal(10, cleaned)
+    assert.is_true(require("cargoship.util").now() - t0 < 5)
+  end)
+
+  it("raises when waiting outside a task", function()
+    assert.has_error(function() loop.sleep(0) end,
+      "cargoship: cannot wait outside a task of the running loop")
+  end)
+
+  it("bounds holders with a semaphore", function()
+    local inside, most = 0, 0
+    loop.run(function()
+      local sem = loop.semaphore(3)
+      local ts = {}
+      for i = 1, 20 do
+        ts[i] = loop.spawn(function()
+          sem:acquire()
+          inside = inside + 1
+          most = math.max(most, inside)
+          loop.sleep(0.002)
+          inside = inside - 1
+          sem:release()
+        end)
+      end
+      for _, t in ipairs(ts) do assert.is_true((t:join())) end
+    end)
+    assert.are.equal(3, most)
+  end)
+
+  it("gives up an acquire at its timeout", function()
+    loop.run(function()
+      local sem = loop.semaphore(0)
+      local ok, _, code = sem:acquire(0.01)
+      assert.is_nil(ok)
+      assert.are.equal("timeout", code)
+    end)
+  end)
+end)
