@@ -36,7 +36,7 @@ double cs_now(void);
 int cs_wait(lua_State *L, int fd, short events, cs_waitq *q, double deadline,
             lua_KContext ctx, lua_KFunction k);
 
-/* In a continuation: the wake reason (CS_WAKE_*), popped from the stack.  [-1, +0, -] */
+/* In a continuation: why the task was resumed (CS_WAKE_*).  [-0, +0, e] */
 int cs_wake_status(lua_State *L);
 
 /* Makes every task waiting on q runnable (FIFO order); safe when q is empty. */

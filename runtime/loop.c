@@ -383,8 +383,7 @@ static void resume(lua_State *L, cs_loop *lp, cs_task *t) {
   int nres, nargs = 0;
   lua_State *co = t->co;
   if (lua_status(co) == LUA_YIELD) {
-    lua_pushinteger(co, t->wake);
-    nargs = 1;
+    nargs = 0;   /* the wake reason travels in the task, read by cs_wake_status */
   } else {
     nargs = lua_gettop(co) - 1;   /* first run: [task_main, task, fn, args...] */
   }

@@ -1,3 +1,4 @@
 /* modules.h - the runtime's primitive families, one CS_FAMILY line each (X-macro). */
 CS_FAMILY(loop)
 CS_FAMILY(util)
+CS_FAMILY(ssh)

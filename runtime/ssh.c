@@ -1,0 +1,693 @@
+/* ssh.c - SSH sessions over libssh2 in non-blocking mode: connect, host keys, auth, gates, close. */
+#include "ssh_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- known_hosts ------------------------------------------------------------------- */
+
+typedef struct {
+  LIBSSH2_SESSION *owner;  /* never connected: a collection is tied to the session that made it */
+  LIBSSH2_KNOWNHOSTS *kh;
+  char *path;
+} cs_kh;
+
+static cs_kh *check_kh(lua_State *L, int idx) {
+  cs_kh *k = luaL_checkudata(L, idx, KH_MT);
+  if (!k->kh) luaL_error(L, "known_hosts: object is closed");
+  return k;
+}
+
+/* ssh.known_hosts(path) -> collection | nil, "path: known_hosts: detail", "io"
+ * A missing file is an empty collection: under strict checking every host is unknown. */
+static int l_ssh_known_hosts(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  cs_kh *k = lua_newuserdatauv(L, sizeof *k, 0);
+  memset(k, 0, sizeof *k);
+  luaL_setmetatable(L, KH_MT);
+  k->owner = libssh2_session_init();
+  if (!k->owner) return luaL_error(L, "known_hosts: out of memory");
+  k->kh = libssh2_knownhost_init(k->owner);
+  k->path = strdup(path);
+  if (!k->kh || !k->path) return luaL_error(L, "known_hosts: out of memory");
+  if (access(path, F_OK) == 0) {
+    if (libssh2_knownhost_readfile(k->kh, path, LIBSSH2_KNOWNHOST_FILE_OPENSSH) < 0) {
+      char *msg;
+      libssh2_session_last_error(k->owner, &msg, NULL, 0);
+      return cs_fail(L, path, "known_hosts", msg, "io");
+    }
+  }
+  return 1;
+}
+
+static int l_kh_gc(lua_State *L) {
+  cs_kh *k = luaL_checkudata(L, 1, KH_MT);
+  if (k->kh) libssh2_knownhost_free(k->kh);
+  if (k->owner) libssh2_session_free(k->owner);
+  free(k->path);
+  k->kh = NULL;
+  k->owner = NULL;
+  k->path = NULL;
+  return 0;
+}
+
+static const struct { int kh_type; const char *method; const char *label; } key_types[] = {
+  {LIBSSH2_KNOWNHOST_KEY_ED25519, "ssh-ed25519", "ED25519"},
+  {LIBSSH2_KNOWNHOST_KEY_ECDSA_256, "ecdsa-sha2-nistp256", "ECDSA"},
+  {LIBSSH2_KNOWNHOST_KEY_ECDSA_384, "ecdsa-sha2-nistp384", "ECDSA"},
+  {LIBSSH2_KNOWNHOST_KEY_ECDSA_521, "ecdsa-sha2-nistp521", "ECDSA"},
+  {LIBSSH2_KNOWNHOST_KEY_SSHRSA, "ssh-rsa", "RSA"},
+};
+#define NKEYTYPES (sizeof key_types / sizeof key_types[0])
+
+/* A dummy key of one type MISMATCHes iff known_hosts holds a key of that type for the
+ * host: that is how we learn which types to ask the server for (libssh2 would otherwise
+ * prefer ecdsa even when only the host's ed25519 key is known). */
+static void known_types(cs_kh *k, const char *host, int port, char *prefs, size_t len) {
+  prefs[0] = '\0';
+  for (size_t i = 0; i < NKEYTYPES; i++) {
+    int r = libssh2_knownhost_checkp(k->kh, host, port, "x", 1,
+        LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | key_types[i].kh_type, NULL);
+    if (r != LIBSSH2_KNOWNHOST_CHECK_MISMATCH) continue;
+    if (prefs[0]) strncat(prefs, ",", len - strlen(prefs) - 1);
+    strncat(prefs, key_types[i].method, len - strlen(prefs) - 1);
+  }
+}
+
+static int kh_type_of(int hostkey_type) {
+  switch (hostkey_type) {
+    case LIBSSH2_HOSTKEY_TYPE_ED25519: return LIBSSH2_KNOWNHOST_KEY_ED25519;
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_256: return LIBSSH2_KNOWNHOST_KEY_ECDSA_256;
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_384: return LIBSSH2_KNOWNHOST_KEY_ECDSA_384;
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_521: return LIBSSH2_KNOWNHOST_KEY_ECDSA_521;
+    case LIBSSH2_HOSTKEY_TYPE_RSA: return LIBSSH2_KNOWNHOST_KEY_SSHRSA;
+    default: return LIBSSH2_KNOWNHOST_KEY_UNKNOWN;
+  }
+}
+
+static const char *key_label(int kh_type) {
+  for (size_t i = 0; i < NKEYTYPES; i++)
+    if (key_types[i].kh_type == kh_type) return key_types[i].label;
+  return "unknown";
+}
+
+/* "SHA256:<base64 without padding>", as OpenSSH prints fingerprints. */
+static void fingerprint(LIBSSH2_SESSION *s, char *out, size_t len) {
+  const unsigned char *h = (const unsigned char *)libssh2_hostkey_hash(s, LIBSSH2_HOSTKEY_HASH_SHA256);
+  unsigned char b64[64];
+  if (!h) {
+    snprintf(out, len, "SHA256:?");
+    return;
+  }
+  int n = EVP_EncodeBlock(b64, h, 32);
+  while (n > 0 && b64[n - 1] == '=') b64[--n] = '\0';
+  snprintf(out, len, "SHA256:%s", (char *)b64);
+}
+
+/* accept-new: remember the key in memory and append its line to the file. */
+static int kh_learn(cs_kh *k, const char *host, int port, const char *key, size_t klen, int type) {
+  char name[300], line[4096];
+  size_t outlen = 0;
+  struct libssh2_knownhost *entry = NULL;
+  if (port == 22) snprintf(name, sizeof name, "%s", host);
+  else snprintf(name, sizeof name, "[%s]:%d", host, port);
+  if (libssh2_knownhost_addc(k->kh, name, NULL, key, klen, NULL, 0,
+        LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type, &entry) != 0) return -1;
+  if (libssh2_knownhost_writeline(k->kh, entry, line, sizeof line, &outlen,
+        LIBSSH2_KNOWNHOST_FILE_OPENSSH) != 0) return -1;
+  int fd = open(k->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  ssize_t w = write(fd, line, outlen);
+  close(fd);
+  return w == (ssize_t)outlen ? 0 : -1;
+}
+
+/* ---- sessions: bookkeeping ---------------------------------------------------------- */
+
+static LIBSSH2_RECV_FUNC(counting_recv) {
+  cs_ssh *ss = *abstract;
+  ssize_t r = recv(socket, buffer, length, flags);
+  if (r < 0) return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+  ss->rx += (unsigned long)r;
+  return r;
+}
+
+cs_ssh *cs_ssh_check(lua_State *L, int idx) {
+  cs_ssh *ss = luaL_checkudata(L, idx, SSH_MT);
+  if (ss->state == SS_CLOSED || !ss->s) luaL_error(L, "ssh: session %s is closed", ss->name ? ss->name : "?");
+  return ss;
+}
+
+int cs_ssh_may_call(cs_ssh *ss, const void *op) {
+  return ss->send_owner == NULL || ss->send_owner == op;
+}
+
+void cs_ssh_after(lua_State *L, cs_ssh *ss, const void *op, int rc, unsigned long rx0) {
+  int outbound = rc == LIBSSH2_ERROR_EAGAIN &&
+      (libssh2_session_block_directions(ss->s) & LIBSSH2_SESSION_BLOCK_OUTBOUND);
+  if (outbound) {
+    ss->send_owner = op;
+  } else if (ss->send_owner == op) {
+    ss->send_owner = NULL;
+    cs_waitq_wake(L, &ss->q);
+  }
+  if (rc != LIBSSH2_ERROR_EAGAIN || ss->rx != rx0) cs_waitq_wake(L, &ss->q);
+}
+
+int cs_ssh_wait(lua_State *L, cs_ssh *ss, const void *op, double deadline,
+                lua_KContext ctx, lua_KFunction k) {
+  if (ss->state == SS_BROKEN || ss->fd < 0)
+    return cs_wait(L, -1, 0, NULL, cs_now(), ctx, k);   /* resume at once; caller sees broken */
+  if (!cs_ssh_may_call(ss, op) || ss->s == NULL)
+    return cs_wait(L, -1, 0, &ss->q, deadline, ctx, k);
+  int dir = libssh2_session_block_directions(ss->s);
+  short ev = 0;
+  if (dir & LIBSSH2_SESSION_BLOCK_INBOUND) ev |= POLLIN;
+  if (dir & LIBSSH2_SESSION_BLOCK_OUTBOUND) ev |= POLLOUT;
+  if (!ev) ev = POLLIN;  /* EAGAIN with no direction: never seen with 1.10, guarded anyway */
+  return cs_wait(L, ss->fd, ev, &ss->q, deadline, ctx, k);
+}
+
+void cs_ssh_abandon(cs_ssh *ss, LIBSSH2_CHANNEL *ch) {
+  if (ss->ndead == ss->capdead) {
+    int cap = ss->capdead ? ss->capdead * 2 : 4;
+    LIBSSH2_CHANNEL **d = realloc(ss->dead, (size_t)cap * sizeof *d);
+    if (!d) return;  /* leaked until the session is freed, which frees every channel */
+    ss->dead = d;
+    ss->capdead = cap;
+  }
+  ss->dead[ss->ndead++] = ch;
+}
+
+void cs_ssh_reap(lua_State *L, cs_ssh *ss, const void *op) {
+  while (ss->ndead > 0 && ss->s && cs_ssh_may_call(ss, op)) {
+    LIBSSH2_CHANNEL *ch = ss->dead[ss->ndead - 1];
+    unsigned long rx0 = ss->rx;
+    int rc = libssh2_channel_free(ch);   /* sends CLOSE first when still open */
+    cs_ssh_after(L, ss, op, rc, rx0);
+    if (rc == LIBSSH2_ERROR_EAGAIN) return;
+    ss->ndead--;
+    ss->channels--;
+  }
+}
+
+int cs_ssh_fail(lua_State *L, cs_ssh *ss, const char *op, const char *code) {
+  char *msg = NULL;
+  int rc = ss->s ? libssh2_session_last_error(ss->s, &msg, NULL, 0) : 0;
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s: %s (libssh2 %d)", ss->name, op, msg && *msg ? msg : "failed", rc);
+  lua_pushstring(L, code);
+  return 3;
+}
+
+static void hard_close(cs_ssh *ss) {
+  if (ss->s) {
+    if (ss->fd >= 0) shutdown(ss->fd, SHUT_RDWR);  /* sends fail at once, nothing EAGAIN-loops */
+    for (int i = 0; i < 100 && libssh2_session_free(ss->s) == LIBSSH2_ERROR_EAGAIN; i++) {}
+    ss->s = NULL;
+  }
+  if (ss->fd >= 0) close(ss->fd);
+  ss->fd = -1;
+  ss->sftp = NULL;
+  ss->ndead = 0;
+}
+
+void cs_ssh_break(lua_State *L, cs_ssh *ss) {
+  if (ss->fd >= 0) shutdown(ss->fd, SHUT_RDWR);
+  ss->state = SS_BROKEN;
+  ss->send_owner = ss->ctl_owner = NULL;
+  cs_waitq_wake(L, &ss->q);
+}
+
+/* __gc and __close: no waiting possible here, so abort rather than say goodbye. */
+static int l_ssh_gc(lua_State *L) {
+  cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
+  hard_close(ss);
+  ss->state = SS_CLOSED;
+  if (ss->jump_ref != LUA_NOREF && ss->jump_ref != 0) {
+    luaL_unref(L, LUA_REGISTRYINDEX, ss->jump_ref);
+    ss->jump_ref = LUA_NOREF;
+  }
+  free(ss->dead);
+  ss->dead = NULL;
+  free(ss->name);
+  ss->name = NULL;
+  free(ss->kh_path);
+  ss->kh_path = NULL;
+  return 0;
+}
+
+/* ---- connect: TCP, handshake, host key, auth, as one yielding call --------------------
+ * Stack while connecting: [opts, session]. */
+
+static const char *opt_str(lua_State *L, const char *key) {
+  lua_getfield(L, 1, key);
+  const char *s = lua_tostring(L, -1);   /* the string stays alive in opts */
+  lua_pop(L, 1);
+  return s;
+}
+
+static lua_Integer opt_int(lua_State *L, const char *key, lua_Integer dflt) {
+  lua_getfield(L, 1, key);
+  lua_Integer v = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : dflt;
+  lua_pop(L, 1);
+  return v;
+}
+
+static int fail_errno(lua_State *L, cs_ssh *ss, const char *op, int err, const char *code) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s: %s", ss->name, op, strerror(err));
+  lua_pushstring(L, code);
+  return 3;
+}
+
+static int connect_k(lua_State *L, int status, lua_KContext ctx);
+
+static int tcp_start(lua_State *L, cs_ssh *ss, double deadline) {
+  const char *addr = opt_str(L, "address");
+  char port[16];
+  snprintf(port, sizeof port, "%d", (int)opt_int(L, "port", 22));
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
+  /* getaddrinfo blocks; literal addresses (the common case) resolve without I/O */
+  int gai = getaddrinfo(addr, port, &hints, &res);
+  if (gai != 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: resolve %s: %s", ss->name, addr, gai_strerror(gai));
+    lua_pushliteral(L, "refused");
+    return 3;
+  }
+  ss->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (ss->fd < 0) {
+    freeaddrinfo(res);
+    return fail_errno(L, ss, "socket", errno, "io");
+  }
+  int one = 1;
+  setsockopt(ss->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  /* ~40 ms per handshake without */
+  int r = connect(ss->fd, res->ai_addr, res->ai_addrlen);
+  int err = errno;
+  freeaddrinfo(res);
+  if (r != 0 && err != EINPROGRESS) return fail_errno(L, ss, "connect", err, err == ECONNREFUSED ? "refused" : "io");
+  ss->state = SS_TCP;
+  return cs_wait(L, ss->fd, POLLOUT, NULL, deadline, 0, connect_k);
+}
+
+static int session_start(lua_State *L, cs_ssh *ss) {
+  int err = 0;
+  socklen_t elen = sizeof err;
+  getsockopt(ss->fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+  if (err) return fail_errno(L, ss, "connect", err, err == ECONNREFUSED ? "refused" : "io");
+  ss->s = libssh2_session_init_ex(NULL, NULL, NULL, ss);
+  if (!ss->s) return luaL_error(L, "ssh: out of memory");
+  libssh2_session_callback_set(ss->s, LIBSSH2_CALLBACK_RECV, (void *)counting_recv);
+  libssh2_session_set_blocking(ss->s, 0);
+  lua_getfield(L, 1, "known_hosts");
+  cs_kh *k = lua_isuserdata(L, -1) ? check_kh(L, -1) : NULL;
+  lua_pop(L, 1);
+  if (k) {
+    char prefs[200];
+    known_types(k, opt_str(L, "address"), (int)opt_int(L, "port", 22), prefs, sizeof prefs);
+    if (prefs[0]) libssh2_session_method_pref(ss->s, LIBSSH2_METHOD_HOSTKEY, prefs);
+  }
+  ss->state = SS_HANDSHAKE;
+  return -1;
+}
+
+/* Compares the server's key with known_hosts under the policy; 0 when acceptable. */
+static int check_hostkey(lua_State *L, cs_ssh *ss) {
+  lua_getfield(L, 1, "host_key_policy");
+  const char *pol = luaL_optstring(L, -1, "strict");
+  lua_pop(L, 1);
+  if (strcmp(pol, "off") == 0) return 0;
+  lua_getfield(L, 1, "known_hosts");
+  cs_kh *k = check_kh(L, -1);
+  lua_pop(L, 1);
+  size_t klen;
+  int htype;
+  const char *key = libssh2_session_hostkey(ss->s, &klen, &htype);
+  const char *addr = opt_str(L, "address");
+  int port = (int)opt_int(L, "port", 22);
+  int type = kh_type_of(htype);
+  char fp[80];
+  fingerprint(ss->s, fp, sizeof fp);
+  int r = libssh2_knownhost_checkp(k->kh, addr, port, key, klen,
+      LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type, NULL);
+  if (r == LIBSSH2_KNOWNHOST_CHECK_MATCH) return 0;
+  lua_pushnil(L);
+  if (r == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
+    lua_pushfstring(L, "%s: host key: the %s key %s does NOT match the one %s holds for %s; "
+                    "the host was reinstalled or someone is intercepting the connection",
+                    ss->name, key_label(type), fp, k->path, addr);
+  } else if (strcmp(pol, "accept-new") == 0) {
+    lua_pop(L, 1);
+    if (kh_learn(k, addr, port, key, klen, type) == 0) return 0;
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: host key: cannot add %s %s to %s", ss->name, key_label(type), fp, k->path);
+  } else {
+    lua_pushfstring(L, "%s: host key: %s is not in %s (it offered %s %s); check it, then add it "
+                    "(ssh-keyscan) or set host_key_policy accept-new", ss->name, addr, k->path,
+                    key_label(type), fp);
+  }
+  lua_pushliteral(L, "hostkey");
+  return 3;
+}
+
+/* One step of publickey auth by key file, or by each agent identity in turn. */
+static int auth_step(lua_State *L, cs_ssh *ss) {
+  const char *user = opt_str(L, "user");
+  const char *key = opt_str(L, "key_path");
+  if (!user) user = "root";
+  const char *pub = opt_str(L, "pub_path");
+  const char *pass = opt_str(L, "passphrase");
+  return libssh2_userauth_publickey_fromfile_ex(ss->s, user, (unsigned)strlen(user), pub, key, pass);
+}
+
+static int connect_done(lua_State *L, cs_ssh *ss) {
+  lua_getfield(L, 1, "user");
+  const char *user = luaL_optstring(L, -1, "root");
+  ss->root = strcmp(user, "root") == 0;
+  lua_pop(L, 1);
+  ss->state = SS_READY;
+  lua_settop(L, 2);
+  return 1;
+}
+
+static int connect_step(lua_State *L, cs_ssh *ss, double deadline) {
+  for (;;) {
+    int rc, r;
+    unsigned long rx0 = ss->rx;
+    switch (ss->state) {
+      case SS_NEW:
+        return tcp_start(L, ss, deadline);
+      case SS_TCP:
+        if ((r = session_start(L, ss)) >= 0) return r;
+        break;
+      case SS_HANDSHAKE:
+        rc = libssh2_session_handshake(ss->s, ss->fd);
+        cs_ssh_after(L, ss, ss, rc, rx0);
+        if (rc == LIBSSH2_ERROR_EAGAIN) return cs_ssh_wait(L, ss, ss, deadline, 0, connect_k);
+        if (rc == LIBSSH2_ERROR_SOCKET_DISCONNECT || rc == LIBSSH2_ERROR_SOCKET_RECV)
+          return cs_ssh_fail(L, ss, "handshake (server closed the connection before its banner)", "closed");
+        if (rc == LIBSSH2_ERROR_KEX_FAILURE)
+          return cs_ssh_fail(L, ss, "handshake (no common host-key or key-exchange algorithm)", "hostkey");
+        if (rc) return cs_ssh_fail(L, ss, "handshake", "io");
+        if ((r = check_hostkey(L, ss)) != 0) return r;
+        ss->state = SS_AUTH;
+        break;
+      case SS_AUTH:
+        if (!opt_str(L, "key_path")) {   /* no key file: session:agent_auth() follows */
+          lua_settop(L, 2);
+          return 1;
+        }
+        rc = auth_step(L, ss);
+        cs_ssh_after(L, ss, ss, rc, rx0);
+        if (rc == LIBSSH2_ERROR_EAGAIN) return cs_ssh_wait(L, ss, ss, deadline, 0, connect_k);
+        if (rc == LIBSSH2_ERROR_FILE)
+          return cs_ssh_fail(L, ss, "auth (cannot read or decrypt the key file)", "auth");
+        if (rc) return cs_ssh_fail(L, ss, "auth", "auth");
+        return connect_done(L, ss);
+      default:
+        return luaL_error(L, "ssh.connect: bad state %d", ss->state);
+    }
+  }
+}
+
+static int connect_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status; (void)ctx;
+  cs_ssh *ss = luaL_checkudata(L, 2, SSH_MT);
+  int w = cs_wake_status(L);
+  if (w == CS_WAKE_CANCELLED) {
+    hard_close(ss);
+    ss->state = SS_CLOSED;
+    return cs_raise_cancelled(L);
+  }
+  if (w == CS_WAKE_TIMEOUT) {
+    static const char *const stage[] = {"connect", "connect", "handshake", "auth"};
+    const char *what = ss->state <= SS_AUTH ? stage[ss->state] : "connect";
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: %s: timed out", ss->name, what);
+    lua_pushliteral(L, "timeout");
+    return 3;
+  }
+  lua_getfield(L, 1, "_deadline");
+  double deadline = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return connect_step(L, ss, deadline);
+}
+
+/* ssh.connect{address, port, user, name, key_path, pub_path, passphrase, known_hosts,
+ *             host_key_policy, timeout, max_channels, fd} -> session | nil, msg, code
+ * With key_path unset, the session is returned unauthenticated when agent = true, and
+ * session:agent_auth() finishes the job. */
+static int l_ssh_connect(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  const char *addr = opt_str(L, "address");
+  luaL_argcheck(L, addr != NULL, 1, "address required");
+  lua_getfield(L, 1, "host_key_policy");
+  const char *pol = luaL_optstring(L, -1, "strict");
+  luaL_argcheck(L, !strcmp(pol, "strict") || !strcmp(pol, "accept-new") || !strcmp(pol, "off"), 1,
+                "host_key_policy must be strict, accept-new or off");
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "known_hosts");
+  luaL_argcheck(L, !strcmp(pol, "off") || luaL_testudata(L, -1, KH_MT), 1,
+                "known_hosts collection required unless host_key_policy is off");
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "timeout");
+  double timeout = luaL_optnumber(L, -1, 30);
+  lua_pop(L, 1);
+  lua_pushnumber(L, cs_now() + timeout);
+  lua_setfield(L, 1, "_deadline");
+
+  cs_ssh *ss = lua_newuserdatauv(L, sizeof *ss, 1);
+  memset(ss, 0, sizeof *ss);
+  ss->fd = -1;
+  ss->jump_ref = LUA_NOREF;
+  luaL_setmetatable(L, SSH_MT);
+  const char *name = opt_str(L, "name");
+  ss->name = strdup(name ? name : addr);
+  ss->max_channels = (int)opt_int(L, "max_channels", 10);
+  if (!ss->name) return luaL_error(L, "ssh: out of memory");
+  lua_getfield(L, 1, "fd");
+  if (lua_isinteger(L, -1)) {     /* a tunnel end made by a bastion session */
+    ss->fd = (int)lua_tointeger(L, -1);
+    ss->state = SS_TCP;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "tunnel");   /* keep the bastion's tunnel alive as long as we live */
+  if (!lua_isnil(L, -1)) lua_setiuservalue(L, 2, 1); else lua_pop(L, 1);
+  return connect_step(L, ss, cs_now() + timeout);
+}
+
+/* ---- agent auth (the agent socket is local; its I/O blocks briefly) ------------------- */
+
+static int agent_k(lua_State *L, int status, lua_KContext ctx);
+
+/* session:agent_auth(user, timeout) -> true | nil, msg, "auth" */
+static int agent_try(lua_State *L, cs_ssh *ss, LIBSSH2_AGENT *ag, double deadline) {
+  struct libssh2_agent_publickey *id = lua_touserdata(L, 4);
+  const char *user = luaL_checkstring(L, 2);
+  for (;;) {
+    unsigned long rx0 = ss->rx;
+    int rc = libssh2_agent_userauth(ag, user, id);
+    cs_ssh_after(L, ss, ss, rc, rx0);
+    if (rc == LIBSSH2_ERROR_EAGAIN) return cs_ssh_wait(L, ss, ss, deadline, (lua_KContext)ag, agent_k);
+    if (rc == 0) {
+      libssh2_agent_disconnect(ag);
+      libssh2_agent_free(ag);
+      ss->root = strcmp(user, "root") == 0;
+      ss->state = SS_READY;
+      lua_pushboolean(L, 1);
+      return 1;
+    }
+    if (libssh2_agent_get_identity(ag, &id, id) != 0) break;
+    lua_pushlightuserdata(L, id);   /* a libssh2-owned cursor, not a handle we give out */
+    lua_replace(L, 4);
+  }
+  libssh2_agent_disconnect(ag);
+  libssh2_agent_free(ag);
+  return cs_ssh_fail(L, ss, "auth (no identity of the ssh-agent was accepted)", "auth");
+}
+
+static int agent_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
+  LIBSSH2_AGENT *ag = (LIBSSH2_AGENT *)ctx;
+  int w = cs_wake_status(L);
+  if (w != CS_WAKE_READY) {
+    libssh2_agent_disconnect(ag);
+    libssh2_agent_free(ag);
+    if (w == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: auth: timed out", ss->name);
+    lua_pushliteral(L, "timeout");
+    return 3;
+  }
+  return agent_try(L, ss, ag, lua_tonumber(L, 3));
+}
+
+static int l_ssh_agent_auth(lua_State *L) {
+  cs_ssh *ss = cs_ssh_check(L, 1);
+  luaL_checkstring(L, 2);
+  double timeout = luaL_optnumber(L, 3, 30);
+  lua_settop(L, 2);
+  lua_pushnumber(L, cs_now() + timeout);
+  LIBSSH2_AGENT *ag = libssh2_agent_init(ss->s);
+  struct libssh2_agent_publickey *id = NULL;
+  if (!ag) return luaL_error(L, "ssh: out of memory");
+  if (libssh2_agent_connect(ag) != 0 || libssh2_agent_list_identities(ag) != 0 ||
+      libssh2_agent_get_identity(ag, &id, NULL) != 0) {
+    libssh2_agent_free(ag);
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: auth: no usable ssh-agent (SSH_AUTH_SOCK unset, unreachable or empty)", ss->name);
+    lua_pushliteral(L, "auth");
+    return 3;
+  }
+  lua_pushlightuserdata(L, id);
+  return agent_try(L, ss, ag, lua_tonumber(L, 3));
+}
+
+/* ---- close ---------------------------------------------------------------------------- */
+
+static int close_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status; (void)ctx;
+  cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
+  int w = cs_wake_status(L);
+  if (w == CS_WAKE_READY && ss->s && ss->state != SS_BROKEN) {
+    unsigned long rx0 = ss->rx;
+    cs_ssh_reap(L, ss, ss);
+    if (cs_ssh_may_call(ss, ss)) {
+      int rc = libssh2_session_disconnect(ss->s, "cargoship done");
+      cs_ssh_after(L, ss, ss, rc, rx0);
+      if (rc == LIBSSH2_ERROR_EAGAIN) return cs_ssh_wait(L, ss, ss, lua_tonumber(L, 2), 0, close_k);
+    } else {
+      return cs_ssh_wait(L, ss, ss, lua_tonumber(L, 2), 0, close_k);
+    }
+  }
+  hard_close(ss);
+  ss->state = SS_CLOSED;
+  cs_waitq_wake(L, &ss->q);
+  if (w == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* session:close() -> true: says goodbye (bounded to 2 s), then frees everything. */
+static int l_ssh_close(lua_State *L) {
+  cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
+  if (ss->state == SS_CLOSED) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_settop(L, 1);
+  lua_pushnumber(L, cs_now() + 2);
+  return cs_wait(L, -1, 0, NULL, cs_now(), 0, close_k);  /* one turn, then say goodbye */
+}
+
+static int l_ssh_info(lua_State *L) {
+  cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
+  static const char *const states[] = {"new", "tcp", "handshake", "auth", "ready", "closing",
+                                       "closed", "broken"};
+  lua_createtable(L, 0, 8);
+  lua_pushstring(L, ss->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, states[ss->state]);
+  lua_setfield(L, -2, "state");
+  lua_pushboolean(L, ss->root);
+  lua_setfield(L, -2, "root");
+  lua_pushinteger(L, ss->channels);
+  lua_setfield(L, -2, "channels");
+  lua_pushinteger(L, (lua_Integer)ss->rx);
+  lua_setfield(L, -2, "bytes_received");
+  if (ss->s && ss->state == SS_READY) {
+    static const struct { int m; const char *k; } ms[] = {
+      {LIBSSH2_METHOD_KEX, "kex"}, {LIBSSH2_METHOD_HOSTKEY, "hostkey"},
+      {LIBSSH2_METHOD_CRYPT_CS, "cipher"}, {LIBSSH2_METHOD_MAC_CS, "mac"}};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+      lua_pushstring(L, libssh2_session_methods(ss->s, ms[i].m));
+      lua_setfield(L, -2, ms[i].k);
+    }
+  }
+  return 1;
+}
+
+/* session:keepalive() -> seconds to the next one; sends only on an idle session, since a
+ * half-sent keepalive would trip the next different send (notes/libssh2.md §7). */
+static int l_ssh_keepalive(lua_State *L) {
+  cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
+  int next = 0;
+  if (ss->s && ss->state == SS_READY && !ss->send_owner && !ss->ctl_owner && ss->channels == 0) {
+    libssh2_keepalive_config(ss->s, 0, (unsigned)luaL_optinteger(L, 2, 15));
+    libssh2_keepalive_send(ss->s, &next);
+  }
+  lua_pushinteger(L, next);
+  return 1;
+}
+
+static int l_ssh_version(lua_State *L) {
+  lua_pushstring(L, libssh2_version(0));
+  return 1;
+}
+
+static int l_ssh_tostring(lua_State *L) {
+  cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
+  lua_pushfstring(L, "ssh session %s", ss->name ? ss->name : "(closed)");
+  return 1;
+}
+
+static const luaL_Reg ssh_methods[] = {
+  {"close", l_ssh_close},
+  {"agent_auth", l_ssh_agent_auth},
+  {"info", l_ssh_info},
+  {"keepalive", l_ssh_keepalive},
+  {NULL, NULL}
+};
+
+static const luaL_Reg kh_methods[] = {
+  {NULL, NULL}
+};
+
+static const luaL_Reg ssh_funcs[] = {
+  {"connect", l_ssh_connect},
+  {"known_hosts", l_ssh_known_hosts},
+  {"version", l_ssh_version},
+  {NULL, NULL}
+};
+
+int luaopen_cargoship_ssh(lua_State *L) {
+  static int inited;
+  if (!inited && libssh2_init(0) == 0) inited = 1;
+  luaL_newmetatable(L, SSH_MT);
+  lua_newtable(L);
+  luaL_setfuncs(L, ssh_methods, 0);
+  cs_ssh_exec_methods(L);
+  cs_ssh_sftp_methods(L);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, l_ssh_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, l_ssh_gc);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, l_ssh_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, KH_MT);
+  lua_newtable(L);
+  luaL_setfuncs(L, kh_methods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, l_kh_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, l_kh_gc);
+  lua_setfield(L, -2, "__close");
+  lua_pop(L, 1);
+  luaL_newlib(L, ssh_funcs);
+  return 1;
+}

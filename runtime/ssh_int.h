@@ -1,0 +1,71 @@
+/* ssh_int.h - the SSH family's shared state: sessions, gates and the stepping helpers. */
+#ifndef CS_SSH_INT_H
+#define CS_SSH_INT_H
+
+#include "cs.h"
+
+#include <libssh2.h>
+#include <libssh2_sftp.h>
+
+#define SSH_MT "cargoship.ssh_session"
+#define KH_MT "cargoship.ssh_known_hosts"
+#define EXEC_MT "cargoship.ssh_exec"
+#define SFTP_MT "cargoship.ssh_sftp_op"
+
+enum { HK_STRICT, HK_ACCEPT_NEW, HK_OFF };
+
+enum {
+  SS_NEW, SS_TCP, SS_HANDSHAKE, SS_AUTH, SS_READY, SS_CLOSING, SS_CLOSED, SS_BROKEN
+};
+
+typedef struct cs_ssh {
+  LIBSSH2_SESSION *s;
+  int fd;
+  int state;
+  char *name;              /* the host as messages name it */
+  cs_waitq q;              /* every task waiting on this session, whatever for */
+  const void *send_owner;  /* op whose packet is half sent (notes/libssh2.md rule 2) */
+  const void *ctl_owner;   /* op with a channel request in flight (rule 3) */
+  unsigned long rx;        /* bytes received: tells a call that drained the socket */
+  int channels, max_channels;
+  LIBSSH2_CHANNEL **dead;  /* abandoned channels still to close and free */
+  int ndead, capdead;
+  LIBSSH2_SFTP *sftp;
+  int root;                /* login user is root */
+  int jump_ref;            /* registry ref keeping a bastion tunnel alive */
+  char *kh_path;           /* accept-new appends here */
+} cs_ssh;
+
+/* The session at stack index idx; raises when it is not open.  [-0, +0, v] */
+cs_ssh *cs_ssh_check(lua_State *L, int idx);
+
+/* May op call into libssh2 now? Not while another op holds the send gate. */
+int cs_ssh_may_call(cs_ssh *ss, const void *op);
+
+/* After a libssh2 call made by op that returned rc, with rx0 = ss->rx before it: takes or
+ * releases the send gate and wakes the session's other tasks when the call made progress
+ * or drained the socket (their data may now sit in libssh2's packet list, unseen by poll). */
+void cs_ssh_after(lua_State *L, cs_ssh *ss, const void *op, int rc, unsigned long rx0);
+
+/* Waits for the session: its socket in the directions libssh2 blocked on, or for any
+ * other task of the session to make progress or release a gate. */
+int cs_ssh_wait(lua_State *L, cs_ssh *ss, const void *op, double deadline,
+                lua_KContext ctx, lua_KFunction k);
+
+/* Closes and frees abandoned channels as far as possible without waiting. */
+void cs_ssh_reap(lua_State *L, cs_ssh *ss, const void *op);
+
+/* Hands a channel whose operation was cut short to the reaper. */
+void cs_ssh_abandon(cs_ssh *ss, LIBSSH2_CHANNEL *ch);
+
+/* Pushes nil, "<host>: <op>: <libssh2 message>", code.  [-0, +3, m] */
+int cs_ssh_fail(lua_State *L, cs_ssh *ss, const char *op, const char *code);
+
+/* Marks the session broken: socket shut down, every later call fails at once. */
+void cs_ssh_break(lua_State *L, cs_ssh *ss);
+
+/* Registers the exec and sftp methods into the session method table at -1. */
+void cs_ssh_exec_methods(lua_State *L);
+void cs_ssh_sftp_methods(lua_State *L);
+
+#endif
