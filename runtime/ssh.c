@@ -225,7 +225,7 @@ static void hard_close(cs_ssh *ss) {
 void cs_ssh_break(lua_State *L, cs_ssh *ss) {
   if (ss->fd >= 0) shutdown(ss->fd, SHUT_RDWR);
   ss->state = SS_BROKEN;
-  ss->send_owner = ss->ctl_owner = NULL;
+  ss->send_owner = ss->ctl_owner = ss->sftp_owner = NULL;
   cs_waitq_wake(L, &ss->q);
 }
 
@@ -625,7 +625,8 @@ static int l_ssh_info(lua_State *L) {
 static int l_ssh_keepalive(lua_State *L) {
   cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
   int next = 0;
-  if (ss->s && ss->state == SS_READY && !ss->send_owner && !ss->ctl_owner && ss->channels == 0) {
+  if (ss->s && ss->state == SS_READY && !ss->send_owner && !ss->ctl_owner && !ss->sftp_owner &&
+      ss->channels == 0) {
     libssh2_keepalive_config(ss->s, 0, (unsigned)luaL_optinteger(L, 2, 15));
     libssh2_keepalive_send(ss->s, &next);
   }

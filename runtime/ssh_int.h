@@ -26,6 +26,7 @@ typedef struct cs_ssh {
   cs_waitq q;              /* every task waiting on this session, whatever for */
   const void *send_owner;  /* op whose packet is half sent (notes/libssh2.md rule 2) */
   const void *ctl_owner;   /* op with a channel request in flight (rule 3) */
+  const void *sftp_owner;  /* one SFTP transfer at a time: libssh2's SFTP state is shared */
   unsigned long rx;        /* bytes received: tells a call that drained the socket */
   int channels, max_channels;
   LIBSSH2_CHANNEL **dead;  /* abandoned channels still to close and free */
