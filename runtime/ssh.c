@@ -672,6 +672,7 @@ int luaopen_cargoship_ssh(lua_State *L) {
   luaL_setfuncs(L, ssh_methods, 0);
   cs_ssh_exec_methods(L);
   cs_ssh_sftp_methods(L);
+  cs_ssh_tunnel_methods(L);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, l_ssh_gc);
   lua_setfield(L, -2, "__gc");

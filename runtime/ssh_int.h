@@ -68,5 +68,6 @@ void cs_ssh_break(lua_State *L, cs_ssh *ss);
 /* Registers the exec and sftp methods into the session method table at -1. */
 void cs_ssh_exec_methods(lua_State *L);
 void cs_ssh_sftp_methods(lua_State *L);
+void cs_ssh_tunnel_methods(lua_State *L);
 
 #endif

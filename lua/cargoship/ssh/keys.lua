@@ -1,0 +1,71 @@
+-- cargoship.ssh.keys: reads what a private key file is (type, encrypted?) before libssh2 sees it.
+local M = {}
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+local DECODE = {}
+for i = 1, #B64 do DECODE[B64:byte(i)] = i - 1 end
+
+-- Plain base64 decoding; characters outside the alphabet (newlines, padding) are skipped.
+function M.base64_decode(s)
+  local out, acc, bits = {}, 0, 0
+  for i = 1, #s do
+    local v = DECODE[s:byte(i)]
+    if v then
+      acc = (acc << 6) | v
+      bits = bits + 6
+      if bits >= 8 then
+        bits = bits - 8
+        out[#out + 1] = string.char((acc >> bits) & 0xff)
+      end
+    end
+  end
+  return table.concat(out)
+end
+
+local PEM_TYPES = {
+  ["RSA PRIVATE KEY"] = "rsa", ["EC PRIVATE KEY"] = "ecdsa", ["DSA PRIVATE KEY"] = "dsa",
+}
+
+-- openssh-key-v1: magic, cipher, kdf, kdf options, key count, then the public key blob,
+-- which is never encrypted, so the type is readable without the passphrase.
+local function parse_openssh(blob)
+  local magic = "openssh-key-v1\0"
+  if blob:sub(1, #magic) ~= magic then return nil end
+  local ok, cipher, _, _, _, pub = pcall(string.unpack, ">s4s4s4I4s4", blob, #magic + 1)
+  if not ok then return nil end
+  local ok2, ktype = pcall(string.unpack, ">s4", pub)
+  if not ok2 then return nil end
+  return ktype, cipher ~= "none"
+end
+
+local function kind_of(ktype)
+  if ktype == "ssh-rsa" then return "rsa" end
+  if ktype == "ssh-ed25519" then return "ed25519" end
+  if ktype and ktype:match("^ecdsa%-sha2%-") then return "ecdsa" end
+  if ktype == "ssh-dss" then return "dsa" end
+  return ktype or "unknown"
+end
+
+-- M.inspect(text) -> { type = "ed25519"|"ecdsa"|"rsa"|"dsa"|..., encrypted = bool } | nil, why
+function M.inspect(text)
+  local label, body = text:match("%-%-%-%-%-BEGIN ([%u ]+)%-%-%-%-%-(.-)%-%-%-%-%-END")
+  if not label then return nil, "not a PEM or OpenSSH private key" end
+  if label == "OPENSSH PRIVATE KEY" then
+    local ktype, encrypted = parse_openssh(M.base64_decode(body))
+    if not ktype then return nil, "damaged OpenSSH private key" end
+    return { type = kind_of(ktype), encrypted = encrypted }
+  end
+  if PEM_TYPES[label] then
+    return { type = PEM_TYPES[label], encrypted = body:find("ENCRYPTED", 1, true) ~= nil }
+  end
+  if label == "ENCRYPTED PRIVATE KEY" then return { type = "unknown", encrypted = true } end
+  if label == "PRIVATE KEY" then return { type = "unknown", encrypted = false } end
+  return nil, "unsupported key format " .. label
+end
+
+-- Why libssh2 1.10 cannot use an RSA key against a current sshd, and the ways out.
+M.RSA_MESSAGE = "RSA keys cannot be used: libssh2 1.10 signs only with ssh-rsa (SHA-1), which "
+  .. "OpenSSH 8.8 and later refuse. Use an ed25519 or ecdsa key (ssh-keygen -t ed25519), an "
+  .. "ssh-agent holding such a key, or the openSSH transport (openSSH: in the cluster file)"
+
+return M

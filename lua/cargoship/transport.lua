@@ -1,0 +1,386 @@
+-- cargoship.transport: opens SSH connections to hosts (caps, retries, bastions) and wraps them with sudo and uploads.
+--
+-- A connection runs commands as the login user or, with sudo = true, as root (sudo -n when the
+-- login user is not root, decided once per host). Every command travels as `sh -c <quoted>`
+-- followed by a marker carrying its exit status on stderr, because libssh2 1.10 reports
+-- "exit 0" for a channel that never received an exit status (notes/libssh2.md §7).
+local loop = require "cargoship.loop"
+local ssh = require "cargoship.ssh"
+local util = require "cargoship.util"
+local shell = require "cargoship.shell"
+local keys = require "cargoship.ssh.keys"
+
+local M = {}
+
+local MARK = "\30cs-exit:"
+
+local Transport = {}
+Transport.__index = Transport
+
+local Connection = {}
+Connection.__index = Connection
+
+local function expand_home(path, env)
+  if path and path:sub(1, 2) == "~/" then
+    local home = env("HOME")
+    if home then return home .. path:sub(2) end
+  end
+  return path
+end
+
+-- M.new{known_hosts = path, host_key_policy = "strict", timeout = 30, env = os.getenv,
+--       passphrase = function(key_path) -> string|nil, max_unauthenticated = 16,
+--       max_per_endpoint = 6, keepalive = seconds|nil, run_id = string}
+function M.new(opts)
+  opts = opts or {}
+  local env = opts.env or os.getenv
+  local self = setmetatable({
+    env = env,
+    known_hosts_path = expand_home(opts.known_hosts or "~/.ssh/known_hosts", env),
+    policy = opts.host_key_policy or "strict",
+    timeout = opts.timeout or 30,
+    passphrase = opts.passphrase,
+    keepalive = opts.keepalive,
+    run_id = opts.run_id or string.format("%d-%d", util.getpid(), math.floor(util.now() * 1000) % 1000000),
+    -- sshd drops unauthenticated connections beyond MaxStartups (10 by default): cap them
+    -- everywhere, and per endpoint, which is what a shared bastion sees (notes §2)
+    startups = loop.semaphore(opts.max_unauthenticated or 16),
+    per_endpoint_limit = opts.max_per_endpoint or 6,
+    endpoints = {},
+    key_info = {},
+    bastions = {},
+    connections = {},
+  }, Transport)
+  if self.policy ~= "off" then
+    local kh, err = ssh.known_hosts(self.known_hosts_path)
+    if not kh then error(err, 0) end
+    self.kh = kh
+  end
+  return self
+end
+
+-- What a key file is, read once per run; RSA refused with the ways out.
+function Transport:key(path)
+  local info = self.key_info[path]
+  if info then return info end
+  local f, err = io.open(path, "rb")
+  if not f then
+    info = { err = "cannot read key " .. path .. ": " .. tostring(err) }
+  else
+    local text = f:read("a")
+    f:close()
+    local k, why = keys.inspect(text)
+    if not k then info = { err = "key " .. path .. ": " .. why }
+    elseif k.type == "rsa" or k.type == "dsa" then info = { err = "key " .. path .. ": " .. keys.RSA_MESSAGE }
+    else info = k end
+    if info.encrypted then
+      local pass = self.passphrase and self.passphrase(path)
+      if not pass then
+        info = { err = "key " .. path .. " is encrypted and no passphrase was given "
+          .. "(set CARGOSHIP_SSH_PASSPHRASE, run on a terminal, or use ssh-agent)" }
+      else
+        info.passphrase = pass
+      end
+    end
+  end
+  self.key_info[path] = info
+  return info
+end
+
+local function endpoint_sem(self, key)
+  local sem = self.endpoints[key]
+  if not sem then
+    sem = loop.semaphore(self.per_endpoint_limit)
+    self.endpoints[key] = sem
+  end
+  return sem
+end
+
+-- One authenticated session, with the startup caps held only until auth is done, and a
+-- retry with backoff when sshd drops us before its banner (MaxStartups).
+local function open_session(self, params, endpoint)
+  local sem = endpoint_sem(self, endpoint)
+  local last_err, last_code
+  for attempt = 1, 6 do
+    sem:acquire()
+    self.startups:acquire()
+    local s, err, code = ssh.connect(params)
+    if s and not params.key_path then
+      local ok, aerr, acode = s:agent_auth(params.user, params.timeout)
+      if not ok then
+        s:close()
+        s, err, code = nil, aerr, acode
+      end
+    end
+    self.startups:release()
+    sem:release()
+    if s then return s end
+    last_err, last_code = err, code
+    if code ~= "closed" or params.fd then break end
+    loop.sleep(0.05 * 2 ^ (attempt - 1) * (0.5 + math.random()))
+  end
+  return nil, last_err, last_code
+end
+
+local function params_for(self, c, name)
+  local user = c.user or "root"
+  local p = {
+    address = c.address, port = c.port or 22, user = user, name = name,
+    known_hosts = self.kh, host_key_policy = self.policy, timeout = self.timeout,
+  }
+  if c.key_path then
+    local path = expand_home(c.key_path, self.env)
+    local info = self:key(path)
+    if info.err then return nil, name .. ": auth: " .. info.err, "auth" end
+    p.key_path, p.passphrase = path, info.passphrase
+  elseif not self.env("SSH_AUTH_SOCK") then
+    local home = self.env("HOME") or ""
+    for _, k in ipairs { "id_ed25519", "id_ecdsa" } do
+      local path = home .. "/.ssh/" .. k
+      local f = io.open(path, "rb")
+      if f then
+        f:close()
+        local info = self:key(path)
+        if not info.err then p.key_path, p.passphrase = path, info.passphrase break end
+      end
+    end
+    if not p.key_path then
+      return nil, name .. ": auth: no keyPath given, no ssh-agent (SSH_AUTH_SOCK) and no "
+        .. "~/.ssh/id_ed25519 or id_ecdsa", "auth"
+    end
+  end
+  return p
+end
+
+-- A tunnel through a bastion: one authenticated bastion session shared by every host
+-- behind it, a direct-tcpip channel per host (notes §4: 199 targets through one session).
+function Transport:bastion_fd(b, target, name)
+  local bkey = string.format("%s@%s:%d", b.user or "root", b.address, b.port or 22)
+  local entry = self.bastions[bkey]
+  if not entry then
+    entry = { ready = loop.semaphore(0) }
+    self.bastions[bkey] = entry
+    local conn, err, code = self:connect(b, "bastion " .. b.address)
+    entry.conn, entry.err, entry.code = conn, err, code
+    entry.done = true
+    for _ = 1, 1000 do entry.ready:release() end
+  elseif not entry.done then
+    entry.ready:acquire()
+  end
+  if not entry.conn then return nil, name .. ": via " .. tostring(entry.err), entry.code end
+  local tunnel, err, code = entry.conn.session:forward(target.address, target.port or 22, self.timeout)
+  if not tunnel then return nil, name .. ": bastion tunnel: " .. err, code end
+  local down = loop.spawn(tunnel.pump, tunnel, "down")
+  local up = loop.spawn(tunnel.pump, tunnel, "up")
+  return tunnel, { down, up }
+end
+
+-- Transport:connect(connection_config, name) -> Connection | nil, msg, code
+-- connection_config: { address, port, user, key_path, bastion = {...} } (config's ssh block).
+function Transport:connect(c, name)
+  name = name or c.address
+  local params, err, code = params_for(self, c, name)
+  if not params then return nil, err, code end
+  local pumps
+  if c.bastion then
+    local tunnel, extra, tcode = self:bastion_fd(c.bastion, c, name)
+    if not tunnel then return nil, extra, tcode end
+    params.fd, params.tunnel, pumps = tunnel:fd(), tunnel, extra
+  end
+  local endpoint = c.bastion and ("via " .. c.bastion.address) or (params.address .. ":" .. params.port)
+  local s, serr, scode = open_session(self, params, endpoint)
+  if not s then
+    if pumps then for _, t in ipairs(pumps) do t:cancel() end end
+    return nil, serr, scode
+  end
+  local conn = setmetatable({
+    session = s, name = name, user = params.user, root = params.user == "root",
+    transport = self, pumps = pumps, temps = {},
+  }, Connection)
+  self.connections[#self.connections + 1] = conn
+  if self.keepalive then
+    conn.keepalive_task = loop.spawn(function()
+      while true do
+        loop.sleep(self.keepalive)
+        s:keepalive(self.keepalive)
+      end
+    end)
+  end
+  return conn
+end
+
+-- Closes every connection this transport opened (bastions last).
+function Transport:close_all()
+  for i = #self.connections, 1, -1 do self.connections[i]:close() end
+  self.connections = {}
+end
+
+-- ---- connections ------------------------------------------------------------------------
+
+-- Splits the exit-status marker off stderr; nil status when the marker never came.
+local function split_marker(stderr)
+  local at = stderr:find(MARK, 1, true)
+  local last
+  while at do
+    last = at
+    at = stderr:find(MARK, at + 1, true)
+  end
+  if not last then return stderr, nil end
+  local status = tonumber(stderr:match("^(%d+)\n?$", last + #MARK))
+  if not status then return stderr, nil end
+  return stderr:sub(1, last - 1), status
+end
+
+-- Decides once whether this host needs sudo and whether sudo works without a password.
+function Connection:sudo_prefix()
+  if self.root then return "" end
+  if self.sudo_ok == nil then
+    local _, err, code = self:raw("sudo -n true", {})
+    if code == 0 then
+      self.sudo_ok = true
+    elseif err and err:find("password", 1, true) then
+      self.sudo_ok, self.sudo_err = false, self.name .. ": sudo: user " .. self.user
+        .. " needs a password for sudo; cargoship needs passwordless sudo (NOPASSWD) or root login"
+    else
+      self.sudo_ok, self.sudo_err = false, self.name .. ": sudo: does not work for user " .. self.user
+        .. ": " .. ((err and err ~= "" and err:gsub("%s+$", "")) or "exit " .. tostring(code))
+    end
+  end
+  if not self.sudo_ok then return nil, self.sudo_err, "auth" end
+  return "sudo -n "
+end
+
+-- The command exactly as given, with the exit-status marker; no sudo.
+function Connection:raw(cmd, opts)
+  local wire = "sh -c " .. util.quote(cmd) .. "; printf '" .. MARK:gsub("\30", "\\036") .. "%d\\n' \"$?\" >&2"
+  local out, err, status, signal = self.session:exec(wire, opts)
+  if not out then return nil, err, status end
+  local clean, code = split_marker(err)
+  if not code then
+    return nil, string.format("%s: exec: no exit status came back (connection cut or shell killed%s)",
+      self.name, signal and (", signal " .. signal) or ""), "closed"
+  end
+  return out, clean, code
+end
+
+-- Connection:exec(cmd, {sudo, stdin, timeout, on_stdout, on_stderr})
+--   -> stdout, stderr, exit_code | nil, msg, code
+-- A non-zero exit is not an error here: the caller decides what it means.
+function Connection:exec(cmd, opts)
+  opts = opts or {}
+  if opts.sudo then
+    local prefix, err, code = self:sudo_prefix()
+    if not prefix then return nil, err, code end
+    if prefix ~= "" then cmd = prefix .. "sh -c " .. util.quote(cmd) end
+  end
+  return self:raw(cmd, opts)
+end
+
+-- Connection:check(cmd, opts) -> stdout | nil, msg, code: a non-zero exit becomes an error
+-- naming the command's stderr.
+function Connection:check(cmd, opts)
+  local out, err, code = self:exec(cmd, opts)
+  if not out then return nil, err, code end
+  if code ~= 0 then
+    local first = err:match("[^\n]*[^\n%s]") or ""
+    return nil, string.format("%s: command failed (exit %d): %s", self.name, code,
+      first ~= "" and first or cmd:sub(1, 80)), "exit"
+  end
+  return out, err
+end
+
+local function dirname(path)
+  return path:match("^(.*)/[^/]*$") or "."
+end
+
+local function basename(path)
+  return path:match("([^/]*)$")
+end
+
+-- Connection:upload(local, remote, {mode = "0644"|number, owner, group, timeout})
+--   -> { skipped = bool, bytes = n, sha256 = hex } | nil, msg, code
+-- To a temporary name beside the target, fsync'd, checked against the local sha256 on the
+-- host, then renamed into place: the target is either the old file or the whole new one.
+-- Skipped when the host already has the same content, mode and owner.
+function Connection:upload(local_path, remote, opts)
+  opts = opts or {}
+  local sum, size = util.sha256_file(local_path)
+  if not sum then return nil, size, "io" end
+  local mode = opts.mode
+  if type(mode) == "number" then mode = string.format("%o", mode) end
+  mode = mode and mode:gsub("^0+(%d%d%d)$", "%1")
+  local owner = opts.owner and (opts.owner .. (opts.group and (":" .. opts.group) or "")) or nil
+  local probe = shell.fmt("sha256sum -- %s 2>/dev/null; stat -c '%%a %%U:%%G' -- %s 2>/dev/null; true",
+    remote, remote)
+  local cur = self:exec(probe, { sudo = true, timeout = opts.timeout })
+  if cur then
+    local rsum, rmode, rowner = cur:match("^(%x+)  .-\n(%d+) (%S+)")
+    if rsum == sum and (not mode or mode == rmode)
+      and (not owner or owner == rowner or (not opts.group and rowner:match("^[^:]*") == opts.owner)) then
+      return { skipped = true, bytes = 0, sha256 = sum }
+    end
+  end
+  local tmp_name = "." .. basename(remote) .. ".cargoship-" .. self.transport.run_id .. ".tmp"
+  local beside = dirname(remote) .. "/" .. tmp_name
+  local stage = self.root and beside or (".cargoship-" .. self.transport.run_id .. "-" .. basename(remote))
+  self.temps[#self.temps + 1] = beside
+  if stage ~= beside then self.temps[#self.temps + 1] = stage end
+  local bytes, err, code = self.session:sftp_put(local_path, stage, { mode = 384, timeout = opts.timeout })
+  if not bytes then return nil, err, code end
+  local script = {
+    "set -e",
+    shell.fmt("src=%s; tmp=%s; dst=%s", stage, beside, remote),
+    "trap 'rm -f -- \"$tmp\"' EXIT",
+    '[ "$src" = "$tmp" ] || { cp -- "$src" "$tmp"; rm -f -- "$src"; }',
+    'sum=$(sha256sum -- "$tmp"); sum=${sum%% *}',
+    shell.fmt('[ "$sum" = %s ] || { echo "checksum mismatch after upload: got $sum" >&2; exit 65; }', sum),
+  }
+  if mode then script[#script + 1] = shell.fmt('chmod %s -- "$tmp"', mode) end
+  if owner then script[#script + 1] = shell.fmt('chown %s -- "$tmp"', owner) end
+  script[#script + 1] = 'sync -- "$tmp" 2>/dev/null || sync'
+  script[#script + 1] = 'mv -f -- "$tmp" "$dst"'
+  script[#script + 1] = "trap - EXIT"
+  local ok, cerr, ccode = self:check(table.concat(script, "\n"), { sudo = true, timeout = opts.timeout })
+  if not ok then return nil, cerr, ccode end
+  return { skipped = false, bytes = bytes, sha256 = sum }
+end
+
+-- Connection:download(remote, local, {timeout}) -> bytes | nil, msg, code
+-- As root, over SFTP; otherwise through sudo cat, since the file is often root's.
+function Connection:download(remote, local_path, opts)
+  opts = opts or {}
+  if self.root then return self.session:sftp_get(remote, local_path, opts) end
+  local tmp = local_path .. ".cs-" .. util.getpid() .. ".tmp"
+  local f, ferr = io.open(tmp, "wb")
+  if not f then return nil, "localhost: create " .. tmp .. ": " .. tostring(ferr), "io" end
+  local n = 0
+  local out, err, code = self:check(shell.fmt("cat -- %s", remote), {
+    sudo = true, timeout = opts.timeout,
+    on_stdout = function(chunk) n = n + #chunk; f:write(chunk) end,
+  })
+  f:close()
+  if not out then os.remove(tmp) return nil, err, code end
+  local ok, rerr = os.rename(tmp, local_path)
+  if not ok then os.remove(tmp) return nil, "localhost: " .. tostring(rerr), "io" end
+  return n
+end
+
+-- Removes the temporary files this run left on the host (after a cut upload).
+function Connection:remove_temps()
+  if #self.temps == 0 then return true end
+  local paths = {}
+  for i, p in ipairs(self.temps) do paths[i] = util.quote(p) end
+  local ok, err, code = self:exec("rm -f -- " .. table.concat(paths, " "), { sudo = true, timeout = 30 })
+  if ok then self.temps = {} end
+  return ok and true, err, code
+end
+
+function Connection:close()
+  if self.keepalive_task then self.keepalive_task:cancel() end
+  if self.session then self.session:close() end
+  if self.pumps then for _, t in ipairs(self.pumps) do t:cancel() end end
+end
+
+M.Connection = Connection
+M.split_marker = split_marker
+return M
