@@ -1,0 +1,37 @@
+-- cargoship.commands.version: prints the versions of cargoship and of what it runs on.
+local M = {}
+
+M.name = "version"
+M.summary = "print the version of cargoship, its Lua and (when built in) libssh2"
+M.usage = [[
+Usage: cargoship version
+       cargoship --version
+
+Prints "cargoship <version>", then the Lua version and, once this build's runtime
+carries the ssh family, the libssh2 version it was linked with.]]
+M.options = {}
+M.arguments = {}
+
+-- The ssh family is not in every build yet: without it there is no libssh2 version to
+-- report, and printing the one on this machine would be a guess. A module that exists but
+-- fails to load is a bug, so only "not found" is quietly skipped.
+local function libssh2_version()
+  local ok, ssh = pcall(require, "cargoship.ssh")
+  if not ok then
+    if tostring(ssh):find("module 'cargoship.ssh' not found", 1, true) then return nil end
+    error(ssh, 0)
+  end
+  local v = type(ssh) == "table" and ssh.version
+  if type(v) == "function" then v = v() end
+  return type(v) == "string" and v or nil
+end
+
+function M.run(ctx, _args)
+  ctx.stdout:write("cargoship ", require("cargoship.build").version, "\n")
+  ctx.stdout:write(_VERSION, "\n")
+  local ssh = libssh2_version()
+  if ssh then ctx.stdout:write("libssh2 ", ssh, "\n") end
+  return ctx.exit.ok
+end
+
+return M
