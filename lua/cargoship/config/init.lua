@@ -1,0 +1,177 @@
+-- cargoship.config: loads a cluster file (kind: ZarfCluster), expands ${VAR}, validates it
+-- whole and returns a normalized table; or every mistake, each with file:line:col and path.
+--
+-- Normalized cluster (all names snake_case; lists are 1-based Lua lists in file order):
+--   cluster.file, cluster.raw (the parsed document, ${VAR} already expanded),
+--   cluster.api_version, cluster.name,
+--   cluster.encryption = nil | {recipients = {..}, last_modified = "RFC 3339" | nil}
+--   cluster.loadbalancer
+--   cluster.profiles[name] = {name, concurrency = {kind = "fixed"|"percent"|"unlimited"|
+--       "default", value = n}, engine = <engine>, host = <hostcfg>, source}
+--   cluster.registries[i] = {name, config_host, source,
+--       auth = nil | {user, pass, token},          (values may be ciphertext)
+--       proxy = nil | {url (as written), endpoint (scheme added), host (host[:port]),
+--                      rewrite = {{pattern, replacement}, ..}},
+--       tls = nil | {ca, ca_file, cert_file, key_file, insecure_skip_verify}}
+--   cluster.values = the mapping as parsed ({} when absent; yaml.null kept)
+--   cluster.hosts[i] = {index = i, name, role = "controller"|"worker", profile, hostname,
+--       private_address, private_interface,
+--       environment = {KEY = "value"}, files = {{name, src, data, dst, dst_dir, perm = "0644",
+--       mode = 420, user, group}},
+--       engine = <engine>, host = <hostcfg>,
+--       connection = {kind = "ssh"|"openssh"|"localhost", address, port, user, key_path,
+--           options = {k = "v"}, bastion = nil | <ssh connection>, config_path,
+--           disable_multiplexing},
+--       source = {file, line, col, path = "spec.hosts[0]"}}
+--   <engine>  = {labels = {k = "v"}, taints = {"key=value:Effect", ..}}
+--   <hostcfg> = {ports = {{port = "6443"|"30000-32767", from, to, protocol}},
+--       firewall = {rules = {{key, name, action, direction, source, destination, ingress,
+--           egress, port, port_from, port_to, protocol}}},
+--       policy = {name = {name, target, ingress, egress, ports}}}
+-- Defaults: ssh user "root", port 22; openSSH user/port stay nil (ssh_config decides);
+-- rule direction "in", source/destination "any"; policy target "CONTINUE".
+-- host.name is the hostname, else the address; ":port" and then "user@" are added only
+-- when two hosts would otherwise share a name. Profiles are NOT merged into hosts here:
+-- merge_profile does that (the Go tool merges in "Gather host facts").
+--
+-- Errors are {file, line, col, path, message, text}, sorted by line and column; path is
+-- JSON-path style with 0-based indices ("spec.hosts[2].ssh.address").
+--
+-- Where we are stricter than the Go tool, on purpose: unknown fields anywhere; an unknown
+-- host profile (Go ignores it); two hosts with one login (address+port+user, or two
+-- localhost entries), one hostname or one privateAddress; label/taint/profile-name syntax
+-- Kubernetes would refuse at registration; string fields refuse numbers and booleans
+-- (YAML already lost their spelling: 0644 is 420), except map-of-string values (labels,
+-- environment, ssh options), where integers and booleans are taken as their text; file
+-- `perm` must be a quoted octal string; `dst`/`dstDir` must be absolute.
+-- Where we are looser: booleans accept YAML 1.1 yes/no/on/off as Go's yaml.v3 does, and a
+-- value that came from ${VAR} is re-read as an integer/boolean where one is expected (Go
+-- expands before parsing).
+local yaml = require "cargoship.yaml"
+local errors = require "cargoship.config.errors"
+local expand = require "cargoship.config.expand"
+local firewall = require "cargoship.config.firewall"
+local profiles = require "cargoship.config.profiles"
+local validate = require "cargoship.config.validate"
+
+local M = {}
+
+M.merge_profile = profiles.merge_profile
+M.resolve_concurrency = profiles.resolve_concurrency
+M.parse_concurrency = profiles.parse_concurrency
+M.rule_key = firewall.rule_key
+M.format_errors = errors.format
+
+local function single_error(file, line, col, message)
+  local e = { file = file, line = line, col = col, path = "", message = message }
+  e.text = errors.text(e)
+  return { e }
+end
+
+-- The YAML layer reports "name:line:col: message" or "path: read: ..."; keep its text and
+-- split it into fields.
+local function load_error(name, msg)
+  local rest = msg:sub(1, #name + 1) == name .. ":" and msg:sub(#name + 2) or nil
+  local line, col, text = (rest or ""):match("^(%d+):(%d+): (.*)$")
+  local e = { file = name, path = "", text = msg }
+  if line then
+    e.line, e.col, e.message = tonumber(line), tonumber(col), text
+  else
+    e.message = rest and rest:gsub("^%s+", "") or msg
+  end
+  return { e }
+end
+
+local function is_empty_doc(d)
+  return d == nil or yaml.is_null(d) or (type(d) == "table" and next(d) == nil)
+end
+
+local function pick_document(docs, name)
+  local candidates = {}
+  for i = 1, docs.n or #docs do
+    if not is_empty_doc(docs[i]) then candidates[#candidates + 1] = docs[i] end
+  end
+  if #candidates == 0 then
+    return nil, single_error(name, 1, 1, "empty file: expected a document with kind: ZarfCluster")
+  end
+  for _, d in ipairs(candidates) do
+    if type(d) == "table" and d.kind == validate.KIND then return d end
+  end
+  -- One document: validate it, so a wrong kind is reported with everything else.
+  if #candidates == 1 then return candidates[1] end
+  local line, col = yaml.where(candidates[1])
+  return nil, single_error(name, line or 1, col or 1, string.format(
+    "none of the %d documents has kind: ZarfCluster", #candidates))
+end
+
+local function from_docs(docs, name, opts)
+  local doc, err = pick_document(docs, name)
+  if not doc then return nil, err end
+  local env = (opts and opts.env) or os.getenv
+  local ctx = { file = name, errs = errors.collector(name) }
+  ctx.expanded = expand.tree(doc, env, ctx.errs)
+  local cluster = validate.document(ctx, doc)
+  if #ctx.errs.list > 0 then return nil, ctx.errs:sorted() end
+  return cluster
+end
+
+-- Loads `path`. opts.env(name) -> value|nil supplies ${VAR} (default os.getenv).
+-- Returns the cluster, or nil and a list of errors.
+function M.load(path, opts)
+  local docs, msg = yaml.load_file(path)
+  if not docs then return nil, load_error(path, msg) end
+  return from_docs(docs, path, opts)
+end
+
+function M.load_string(text, name, opts)
+  name = name or "<string>"
+  local docs, msg = yaml.load(text, name)
+  if not docs then return nil, load_error(name, msg) end
+  return from_docs(docs, name, opts)
+end
+
+-- Hosts by name, address or hostname (sel.hosts: "a,b" or a list) and/or sel.role.
+-- Returns hosts in file order, or nil and a message naming the valid choices.
+function M.select_hosts(cluster, sel)
+  sel = sel or {}
+  local wanted = sel.hosts
+  if type(wanted) == "string" then
+    local list = {}
+    for part in wanted:gmatch("[^,]+") do
+      part = part:match("^%s*(.-)%s*$")
+      if part ~= "" then list[#list + 1] = part end
+    end
+    wanted = list
+  end
+  if sel.role and sel.role ~= "controller" and sel.role ~= "worker" then
+    return nil, string.format("unknown role %s: expected \"controller\" or \"worker\"",
+      errors.quote(sel.role))
+  end
+  local matched = {}
+  if wanted and #wanted > 0 then
+    local valid = {}
+    for _, h in ipairs(cluster.hosts) do valid[#valid + 1] = h.name end
+    for _, w in ipairs(wanted) do
+      local found = false
+      for _, h in ipairs(cluster.hosts) do
+        local c = h.connection or {}
+        if w == h.name or w == h.hostname or w == c.address then matched[h] = true; found = true end
+      end
+      if not found then
+        local q = {}
+        for i, v in ipairs(valid) do q[i] = errors.quote(v) end
+        return nil, string.format("unknown host %s%s; valid hosts: %s", errors.quote(w),
+          errors.did_you_mean(w, valid), table.concat(q, ", "))
+      end
+    end
+  end
+  local out = {}
+  for _, h in ipairs(cluster.hosts) do
+    if (not wanted or #wanted == 0 or matched[h]) and (not sel.role or h.role == sel.role) then
+      out[#out + 1] = h
+    end
+  end
+  return out
+end
+
+return M
