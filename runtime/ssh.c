@@ -413,6 +413,14 @@ static int connect_step(lua_State *L, cs_ssh *ss, double deadline) {
         if (rc == LIBSSH2_ERROR_EAGAIN) return cs_ssh_wait(L, ss, ss, deadline, 0, connect_k);
         if (rc == LIBSSH2_ERROR_FILE)
           return cs_ssh_fail(L, ss, "auth (cannot read or decrypt the key file)", "auth");
+        if (rc == LIBSSH2_ERROR_AUTHENTICATION_FAILED || rc == LIBSSH2_ERROR_PUBLICKEY_UNVERIFIED) {
+          const char *user = opt_str(L, "user");
+          lua_pushnil(L);
+          lua_pushfstring(L, "%s: auth: the server refused key %s for user %s", ss->name,
+                          opt_str(L, "key_path"), user ? user : "root");
+          lua_pushliteral(L, "auth");
+          return 3;
+        }
         if (rc) return cs_ssh_fail(L, ss, "auth", "auth");
         return connect_done(L, ss);
       default:

@@ -50,13 +50,37 @@ function M.new(opts)
     key_info = {},
     bastions = {},
     connections = {},
+    collections = {},
   }, Transport)
-  if self.policy ~= "off" then
-    local kh, err = ssh.known_hosts(self.known_hosts_path)
-    if not kh then error(err, 0) end
-    self.kh = kh
-  end
   return self
+end
+
+-- known_hosts files are read once per run and shared by every host that uses them.
+function Transport:known_hosts(path)
+  local kh = self.collections[path]
+  if kh then return kh end
+  local err
+  kh, err = ssh.known_hosts(path)
+  if not kh then return nil, err end
+  self.collections[path] = kh
+  return kh
+end
+
+local POLICIES = { yes = "strict", strict = "strict", ["accept-new"] = "accept-new", no = "off", off = "off" }
+
+-- The host's own ssh options may name another known_hosts file or policy, as ssh_config does.
+local function host_key_settings(self, c)
+  local o = c.options or {}
+  local path, policy = self.known_hosts_path, self.policy
+  for k, v in pairs(o) do
+    local key = k:lower()
+    if key == "userknownhostsfile" then path = expand_home(tostring(v), self.env)
+    elseif key == "stricthostkeychecking" then
+      policy = POLICIES[tostring(v):lower()]
+      if not policy then return nil, "StrictHostKeyChecking must be yes, accept-new or no, got " .. tostring(v) end
+    end
+  end
+  return path, policy
 end
 
 -- What a key file is, read once per run; RSA refused with the ways out.
@@ -124,9 +148,17 @@ end
 
 local function params_for(self, c, name)
   local user = c.user or "root"
+  local kh_path, policy = host_key_settings(self, c)
+  if not kh_path then return nil, name .. ": ssh options: " .. policy, "hostkey" end
+  local kh
+  if policy ~= "off" then
+    local err
+    kh, err = self:known_hosts(kh_path)
+    if not kh then return nil, name .. ": " .. err, "hostkey" end
+  end
   local p = {
     address = c.address, port = c.port or 22, user = user, name = name,
-    known_hosts = self.kh, host_key_policy = self.policy, timeout = self.timeout,
+    known_hosts = kh, host_key_policy = policy, timeout = self.timeout,
   }
   if c.key_path then
     local path = expand_home(c.key_path, self.env)
@@ -250,12 +282,47 @@ function Connection:sudo_prefix()
   return "sudo -n "
 end
 
+-- Wraps a stderr callback so the marker never reaches it: everything from the last
+-- RS byte on is held back until the next chunk or the end proves what it is.
+local function marker_filter(callback)
+  local held = ""
+  local f = {}
+  function f.feed(chunk)
+    local data = held .. chunk
+    local at = data:match(".*()\30")
+    if at then
+      held = data:sub(at)
+      data = data:sub(1, at - 1)
+    else
+      held = ""
+    end
+    if data ~= "" then callback(data) end
+  end
+  -- -> exit status from the marker, or nil when it never came
+  function f.finish()
+    local clean, code = split_marker(held)
+    if clean ~= "" then callback(clean) end
+    held = ""
+    return code
+  end
+  return f
+end
+
 -- The command exactly as given, with the exit-status marker; no sudo.
 function Connection:raw(cmd, opts)
   local wire = "sh -c " .. util.quote(cmd) .. "; printf '" .. MARK:gsub("\30", "\\036") .. "%d\\n' \"$?\" >&2"
+  local filter
+  if opts.on_stderr then
+    filter = marker_filter(opts.on_stderr)
+    local o = {}
+    for k, v in pairs(opts) do o[k] = v end
+    o.on_stderr = filter.feed
+    opts = o
+  end
   local out, err, status, signal = self.session:exec(wire, opts)
   if not out then return nil, err, status end
-  local clean, code = split_marker(err)
+  local clean, code
+  if filter then clean, code = err, filter.finish() else clean, code = split_marker(err) end
   if not code then
     return nil, string.format("%s: exec: no exit status came back (connection cut or shell killed%s)",
       self.name, signal and (", signal " .. signal) or ""), "closed"

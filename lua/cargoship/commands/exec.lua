@@ -1,0 +1,132 @@
+-- cargoship.commands.exec: runs one command on many hosts at once, output prefixed by host.
+local args = require "cargoship.cli.args"
+local validate = require "cargoship.commands.validate"
+local pool = require "cargoship.pool"
+local transport = require "cargoship.transport"
+
+local M = {}
+
+M.name = "exec"
+M.summary = "run a command on the cluster's hosts concurrently"
+M.usage = [[
+Usage: cargoship exec [options] CLUSTER -- COMMAND...
+
+Connects to the hosts of the cluster file CLUSTER (all of them, or those chosen with
+--hosts or --role) and runs COMMAND on each, concurrently. The words after -- are joined
+with spaces and run by the login user's shell, as ssh does; with --sudo they run as root
+(sudo -n when the login user is not root). Each line of output is prefixed with its host;
+stdout lines go to stdout, stderr lines to stderr. A summary line follows on stderr.
+
+Host keys are checked against ~/.ssh/known_hosts (or --known-hosts, or a host's own
+UserKnownHostsFile ssh option); an unknown or changed key fails that host.
+
+Exit code 0 when the command exited 0 on every host; 1 when any host could not be reached
+or the command exited non-zero there.]]
+M.options = {
+  { long = "hosts", value = "NAMES", check = args.checks.nonempty,
+    help = "only these hosts: names, hostnames or addresses, comma separated" },
+  { long = "role", value = "ROLE", check = { "controller", "worker" }, help = "only hosts of this role" },
+  { long = "sudo", help = "run COMMAND as root" },
+  { long = "concurrency", value = "N", check = args.checks.positive_int, default = 200,
+    help = "connect to and run on at most N hosts at once" },
+  { long = "timeout", value = "DURATION", check = args.checks.duration, default = 60,
+    help = "per host: give up connecting, or on the command, after DURATION" },
+  { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
+    help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts)" },
+  { long = "host-key-policy", value = "POLICY", check = { "strict", "accept-new", "off" }, default = "strict",
+    help = "strict: unknown hosts fail; accept-new: learn unknown keys, changed ones still fail" },
+}
+M.arguments = { { name = "CLUSTER" }, { name = "COMMAND", rest = true } }
+
+-- Splits a stream into whole lines per host, so hosts' lines never interleave mid-line.
+local function line_writer(out, prefix)
+  local pending = ""
+  local w = {}
+  function w.feed(chunk)
+    pending = pending .. chunk
+    local last = 1
+    for line, stop in pending:gmatch("([^\n]*)\n()") do
+      out:write(prefix, line, "\n")
+      last = stop
+    end
+    pending = pending:sub(last)
+  end
+  function w.flush()
+    if pending ~= "" then out:write(prefix, pending, "\n") end
+    pending = ""
+  end
+  return w
+end
+
+local function run_on(ctx, t, host, command, o, width)
+  local prefix = string.format("%-" .. width .. "s | ", host.name)
+  local conn, err, code = t:connect(host.connection, host.name)
+  if not conn then return nil, err, code end
+  local out = line_writer(ctx.stdout, prefix)
+  local errw = line_writer(ctx.stderr, prefix)
+  local _, cerr, status = conn:exec(command, {
+    sudo = o.sudo, timeout = o.timeout,
+    on_stdout = out.feed, on_stderr = errw.feed,
+  })
+  out.flush()
+  errw.flush()
+  conn:close()
+  if status == nil or type(status) == "string" then return nil, cerr, status end
+  return status
+end
+
+function M.run(ctx, a)
+  local path = a.positional[1]
+  local words = a.positional[2] or {}
+  if type(words) == "string" then words = { words } end
+  if #words == 0 then
+    ctx.stderr:write("cargoship exec: no command given (put it after --)\n")
+    return ctx.exit.usage
+  end
+  local command = table.concat(words, " ")
+  local cluster, errors = validate.load(ctx, path)
+  if not cluster then
+    if errors == nil then return validate.not_available(ctx, "exec") end
+    validate.report_errors(ctx, path, errors)
+    return ctx.exit.failure
+  end
+  local o = a.options
+  local hosts, serr = require("cargoship.config").select_hosts(cluster, { hosts = o.hosts, role = o.role })
+  if not hosts then
+    ctx.stderr:write("cargoship exec: ", serr, "\n")
+    return ctx.exit.usage
+  end
+  if #hosts == 0 then
+    ctx.stderr:write("cargoship exec: no host matches\n")
+    return ctx.exit.failure
+  end
+  local home = ctx.env("HOME") or ""
+  local t = transport.new {
+    known_hosts = o.known_hosts or (home .. "/.ssh/known_hosts"),
+    host_key_policy = o.host_key_policy,
+    timeout = o.timeout, env = ctx.env,
+    passphrase = function() return ctx.env("CARGOSHIP_SSH_PASSPHRASE") end,
+  }
+  local width = 0
+  for _, h in ipairs(hosts) do width = math.max(width, #h.name) end
+  local results = pool.map(hosts, o.concurrency, function(h)
+    return run_on(ctx, t, h, command, o, width)
+  end)
+  local ok, failed = 0, {}
+  for i, r in ipairs(results) do
+    local status = r.ok and r[1]
+    if status == 0 then
+      ok = ok + 1
+    else
+      local why = (r.ok and status and ("command exited " .. status)) or (r.ok and r[2]) or tostring(r.err)
+      failed[#failed + 1] = why
+      ctx.log:error("%s", why:find(hosts[i].name, 1, true) and why or (hosts[i].name .. ": " .. why))
+    end
+  end
+  t:close_all()
+  ctx.stderr:write(string.format("%d host%s: %d ok, %d failed\n", #hosts, #hosts == 1 and "" or "s",
+    ok, #failed))
+  return #failed == 0 and ctx.exit.ok or ctx.exit.failure
+end
+
+return M

@@ -1,0 +1,285 @@
+-- Integration specs of the SSH transport against the lab's real sshd hosts (issue: SSH transport).
+local loop = require "cargoship.loop"
+local ssh = require "cargoship.ssh"
+local util = require "cargoship.util"
+local transport = require "cargoship.transport"
+local lab = require "integration.lab"
+
+local function run(fn)
+  local ok, a, b, c, d = loop.run(fn)
+  if not ok then error(a, 0) end
+  return a, b, c, d
+end
+
+local function new_transport(over)
+  local o = { known_hosts = lab.known_hosts, timeout = 20 }
+  for k, v in pairs(over or {}) do o[k] = v end
+  return transport.new(o)
+end
+
+local function tmpfile(content)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  f:write(content)
+  f:close()
+  return path
+end
+
+describe("ssh transport on the lab", function()
+  for _, flavour in ipairs { "debian", "rocky" } do
+    it("runs commands, uploads and downloads on a " .. flavour .. " host", function()
+      local h = lab.find(flavour)
+      run(function()
+        local t = new_transport()
+        local c = assert(t:connect(lab.conn(h), h.name))
+        local out, err, code = c:exec(". /etc/os-release; echo $ID; echo oops >&2; exit 7")
+        assert.are.equal(flavour .. "\n", out)
+        assert.are.equal("oops\n", err)
+        assert.are.equal(7, code)
+        assert.are.same({ "x\n", "", 0 }, { c:exec("cat", { stdin = "x\n" }) })
+        local src = tmpfile("hello " .. flavour .. "\n")
+        local r = assert(c:upload(src, "/etc/cargoship-test.txt", { mode = "0640" }))
+        assert.is_false(r.skipped)
+        assert.are.equal("640\n", (c:exec("stat -c %a /etc/cargoship-test.txt")))
+        local dst = os.tmpname()
+        assert.are.equal(#("hello " .. flavour .. "\n"), c:download("/etc/cargoship-test.txt", dst))
+        assert.are.equal("hello " .. flavour .. "\n", io.open(dst):read("a"))
+        os.remove(src)
+        os.remove(dst)
+        t:close_all()
+      end)
+    end)
+  end
+
+  it("connects to 50 hosts and runs uname -a on all of them in one process", function()
+    local hosts = lab.hosts()
+    assert.is_true(#hosts >= 50, "the lab fixture must bring up at least 50 hosts, has " .. #hosts)
+    local pool = require "cargoship.pool"
+    local results = run(function()
+      local t = new_transport()
+      local r = pool.map({ table.unpack(hosts, 1, 50) }, 50, function(h)
+        local c = assert(t:connect(lab.conn(h), h.name))
+        local out = assert(c:exec("uname -a"))
+        return out
+      end)
+      t:close_all()
+      return r
+    end)
+    for i = 1, 50 do
+      assert.is_true(results[i].ok, tostring(results[i].err))
+      assert.matches("^Linux ", results[i][1])
+    end
+  end)
+
+  it("fails a changed host key with a hostkey error naming the host and fingerprint", function()
+    local h = lab.host(1)
+    local fake = tmpfile(h.address .. " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBN8oVlYb0LJc1QDq0Yk0+4ZtOr7uYzQ4uMzTn0fUqo1\n")
+    local _, err, code = run(function()
+      return new_transport { known_hosts = fake }:connect(lab.conn(h), h.name)
+    end)
+    assert.are.equal("hostkey", code)
+    assert.matches(h.name, err, 1, true)
+    assert.matches("SHA256:", err, 1, true)
+    assert.matches("does NOT match", err, 1, true)
+    os.remove(fake)
+  end)
+
+  it("refuses an unknown host under strict checking, learns it with accept-new", function()
+    local h = lab.host(2)
+    local empty = tmpfile("")
+    local _, err, code = run(function()
+      return new_transport { known_hosts = empty }:connect(lab.conn(h), h.name)
+    end)
+    assert.are.equal("hostkey", code)
+    assert.matches("is not in", err, 1, true)
+    local c = run(function()
+      local conn = new_transport { known_hosts = empty, host_key_policy = "accept-new" }:connect(lab.conn(h), h.name)
+      return conn and conn:exec("true") and conn
+    end)
+    assert.is_truthy(c)
+    assert.matches(h.address .. " ssh%-ed25519 ", io.open(empty):read("a"))
+    os.remove(empty)
+  end)
+
+  it("reports a key the server does not accept as an auth error", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    lab.sh("mkdir -p " .. dir .. " && ssh-keygen -q -t ed25519 -N '' -f " .. dir .. "/k")
+    local h = lab.host(1)
+    local _, err, code = run(function()
+      return new_transport():connect(lab.conn(h, { key_path = dir .. "/k" }), h.name)
+    end)
+    assert.are.equal("auth", code)
+    assert.matches("refused key", err, 1, true)
+    lab.sh("rm -rf " .. dir)
+  end)
+
+  it("refuses RSA keys up front, naming the ways out", function()
+    local h = lab.host(1)
+    local _, err, code = run(function()
+      return new_transport():connect(lab.conn(h, { key_path = lab.state .. "/id_rsa" }), h.name)
+    end)
+    assert.are.equal("auth", code)
+    assert.matches("ed25519 or ecdsa", err, 1, true)
+    assert.matches("agent", err, 1, true)
+  end)
+
+  it("authenticates with an ecdsa key", function()
+    local h = lab.host(1)
+    local out = run(function()
+      local c = assert(new_transport():connect(lab.conn(h, { key_path = lab.state .. "/id_ecdsa" }), h.name))
+      return c:exec("echo ok")
+    end)
+    assert.are.equal("ok\n", out)
+  end)
+
+  it("uses sudo -n for a non-root user and fails clearly when sudo wants a password", function()
+    local h = lab.host(1)
+    run(function()
+      local t = new_transport()
+      local tb = assert(t:connect(lab.conn(h, { user = "tb" }), h.name))
+      assert.are.equal("tb\n", (tb:exec("id -un")))
+      assert.are.equal("root\n", (tb:exec("id -un", { sudo = true })))
+      local pw = assert(t:connect(lab.conn(h, { user = "tbpw" }), h.name))
+      local out, err, code = pw:exec("id -un", { sudo = true })
+      assert.is_nil(out)
+      assert.are.equal("auth", code)
+      assert.matches("needs a password", err, 1, true)
+      assert.matches(h.name, err, 1, true)
+      t:close_all()
+    end)
+  end)
+
+  it("reports a refused connection", function()
+    local h = lab.host(1)
+    local _, err, code = run(function()
+      return new_transport():connect(lab.conn(h, { port = 2 }), h.name)
+    end)
+    assert.are.equal("refused", code)
+    assert.matches(h.name, err, 1, true)
+  end)
+
+  it("times out on a host that stops answering mid-command while the others complete", function()
+    local hosts = lab.hosts()
+    local victim = hosts[3]
+    local results
+    local t0 = util.now()
+    run(function()
+      local t = new_transport()
+      local conns = {}
+      for i = 1, 4 do conns[i] = assert(t:connect(lab.conn(hosts[i]), hosts[i].name)) end
+      local tasks = {}
+      for i = 1, 4 do
+        tasks[i] = loop.spawn(function() return conns[i]:exec("sleep 1; echo done", { timeout = 4 }) end)
+      end
+      loop.sleep(0.3)
+      lab.lab("link 3 down")
+      results = {}
+      for i = 1, 4 do results[i] = { select(2, tasks[i]:join()) } end
+      lab.lab("link 3 up")
+    end)
+    assert.is_true(util.now() - t0 < 10)
+    for i = 1, 4 do
+      if i == 3 then
+        assert.is_nil(results[i][1])
+        assert.are.equal("timeout", results[i][3])
+        assert.matches(victim.name, results[i][2], 1, true)
+      else
+        assert.are.equal("done\n", results[i][1])
+      end
+    end
+  end)
+
+  it("uploads 64 MiB with a matching sha256, skips the second upload, and a cut upload leaves the target", function()
+    local h = lab.host(1)
+    local big = os.tmpname()
+    lab.sh("head -c 67108864 /dev/urandom > " .. big)
+    local sum = util.sha256_file(big)
+    run(function()
+      local t = new_transport()
+      local c = assert(t:connect(lab.conn(h), h.name))
+      local r = assert(c:upload(big, "/var/tmp/big.bin", { mode = "0600" }))
+      assert.is_false(r.skipped)
+      assert.are.equal(sum, (c:exec("sha256sum /var/tmp/big.bin")):match("^%x+"))
+      assert.is_true(assert(c:upload(big, "/var/tmp/big.bin", { mode = "0600" })).skipped)
+      -- a different file, cut mid-way by the host going silent: the old one must stay
+      local other = os.tmpname()
+      lab.sh("head -c 67108864 /dev/urandom > " .. other)
+      local task = loop.spawn(function()
+        return c:upload(other, "/var/tmp/big.bin", { mode = "0600", timeout = 3 })
+      end)
+      loop.sleep(0.05)
+      lab.lab("link 1 down")
+      local _, ok, err, code = task:join()
+      lab.lab("link 1 up")
+      assert.is_nil(ok, "the upload should have been cut")
+      assert.is_truthy(code == "timeout" or code == "closed", tostring(err))
+      local c2 = assert(t:connect(lab.conn(h), h.name))
+      assert.are.equal(sum, (c2:exec("sha256sum /var/tmp/big.bin")):match("^%x+"))
+      c2:exec("rm -f /var/tmp/big.bin /var/tmp/.big.bin.cargoship-*")
+      os.remove(other)
+      t:close_all()
+    end)
+    os.remove(big)
+  end)
+
+  it("runs many commands at once on one session", function()
+    local h = lab.host(2)
+    run(function()
+      local c = assert(new_transport():connect(lab.conn(h), h.name))
+      local tasks = {}
+      for i = 1, 30 do
+        tasks[i] = loop.spawn(function()
+          return c:exec("head -c 300000 /dev/zero | tr '\\0' a; echo " .. i .. " >&2")
+        end)
+      end
+      for i = 1, 30 do
+        local ok, out, err, code = tasks[i]:join()
+        assert.is_true(ok)
+        assert.are.equal(300000, #out)
+        assert.are.equal(i .. "\n", err)
+        assert.are.equal(0, code)
+      end
+      -- 100 MB of output, not copied quadratically
+      local out = c:exec("head -c 100000000 /dev/zero")
+      assert.are.equal(100000000, #out)
+    end)
+  end)
+
+  it("reaches 10 hosts through one bastion session", function()
+    local hosts = lab.hosts()
+    local bastion = lab.conn(hosts[1])
+    run(function()
+      local t = new_transport()
+      local pool = require "cargoship.pool"
+      local r = pool.map({ table.unpack(hosts, 2, 11) }, 10, function(h)
+        local c = assert(t:connect(lab.conn(h, { bastion = bastion }), h.name))
+        return (c:exec("hostname"))
+      end)
+      for i = 1, 10 do
+        assert.is_true(r[i].ok, tostring(r[i].err))
+        assert.are.equal(hosts[i + 1].name .. "\n", r[i][1])
+      end
+      local n = 0
+      for _ in pairs(t.bastions) do n = n + 1 end
+      assert.are.equal(1, n)
+      -- the bastion saw one SSH login, whatever the number of hosts behind it
+      local b = t.bastions[next(t.bastions)].conn
+      local ss = b:exec("ss -Htn state established '( sport = :22 )' | wc -l")
+      assert.are.equal("1", ss:match("%d+"))
+      t:close_all()
+    end)
+  end)
+
+  it("closes sessions cleanly and frees them", function()
+    local h = lab.host(1)
+    run(function()
+      local kh = assert(ssh.known_hosts(lab.known_hosts))
+      for _ = 1, 5 do
+        local s = assert(ssh.connect { address = h.address, user = "root", key_path = lab.key, known_hosts = kh })
+        assert.is_true(s:close())
+        assert.has_error(function() s:exec("true") end)
+      end
+    end)
+  end)
+end)
