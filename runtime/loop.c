@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define TASK_MT "cargoship.task"
+#define LOOP_MT "cargoship.loop"
 #define SEM_MT "cargoship.semaphore"
 #define NO_HEAP SIZE_MAX
 
@@ -86,10 +87,23 @@ static cs_loop *get_loop(lua_State *L) {
   lua_pop(L, 1);
   lp = lua_newuserdatauv(L, sizeof *lp, 0);
   memset(lp, 0, sizeof *lp);
+  luaL_setmetatable(L, LOOP_MT);
   lp->sigpipe[0] = lp->sigpipe[1] = -1;
   lp->next_id = 1;
   lua_rawsetp(L, LUA_REGISTRYINDEX, &LOOP_KEY);
   return lp;
+}
+
+static int l_loop_gc(lua_State *L) {
+  cs_loop *lp = luaL_checkudata(L, 1, LOOP_MT);
+  free(lp->heap);
+  free(lp->pfds);
+  free(lp->pfd_task);
+  lp->heap = NULL;
+  lp->pfds = NULL;
+  lp->pfd_task = NULL;
+  lp->heap_len = lp->heap_cap = lp->pfd_cap = 0;
+  return 0;
 }
 
 /* ---- timer heap (min-heap on deadline) --------------------------------------------- */
@@ -818,6 +832,11 @@ static void new_class(lua_State *L, const char *name, const luaL_Reg *methods,
 }
 
 int luaopen_cargoship_loop(lua_State *L) {
+  if (luaL_newmetatable(L, LOOP_MT)) {
+    lua_pushcfunction(L, l_loop_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
   new_class(L, TASK_MT, task_methods, l_task_tostring);
   new_class(L, SEM_MT, sem_methods, NULL);
   get_loop(L);

@@ -2,3 +2,4 @@
 CS_FAMILY(loop)
 CS_FAMILY(util)
 CS_FAMILY(ssh)
+CS_FAMILY(yaml)
