@@ -7,7 +7,7 @@ PKGS=(
   liblua5.4-dev lua5.4 libssh2-1-dev libyaml-dev libssl-dev libedit-dev
   lua-cjson lua-busted lua-check              # Lua libraries, specs, lint
   openssh-client openssh-server debootstrap iproute2 util-linux procps psmisc  # the lab
-  tmux valgrind                               # terminal and leak tests
+  tmux valgrind time                          # terminal, leak tests, benchmarks
 )
 missing=()
 for p in "${PKGS[@]}"; do

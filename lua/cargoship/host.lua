@@ -95,7 +95,9 @@ function Host:read_file(path)
   local out, err, code = self:probe(shell.fmt("if [ -e %s ]; then cat -- %s; else exit 44; fi", path, path))
   if not out then return nil, err, code end
   if code == 44 then return nil, self.name .. ": " .. path .. ": no such file", "notfound" end
-  if code ~= 0 then return nil, self.name .. ": read " .. path .. ": " .. (err:match("[^\n]+") or ("exit " .. code)), "exit" end
+  if code ~= 0 then
+    return nil, self.name .. ": read " .. path .. ": " .. (err:match("[^\n]+") or ("exit " .. code)), "exit"
+  end
   return out
 end
 

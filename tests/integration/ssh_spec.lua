@@ -73,7 +73,8 @@ describe("ssh transport on the lab", function()
 
   it("fails a changed host key with a hostkey error naming the host and fingerprint", function()
     local h = lab.host(1)
-    local fake = tmpfile(h.address .. " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBN8oVlYb0LJc1QDq0Yk0+4ZtOr7uYzQ4uMzTn0fUqo1\n")
+    local fake = tmpfile(h.address
+      .. " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBN8oVlYb0LJc1QDq0Yk0+4ZtOr7uYzQ4uMzTn0fUqo1\n")
     local _, err, code = run(function()
       return new_transport { known_hosts = fake }:connect(lab.conn(h), h.name)
     end)

@@ -77,8 +77,7 @@ end
 
 function M.run(ctx, a)
   local path = a.positional[1]
-  local words = a.positional[2] or {}
-  if type(words) == "string" then words = { words } end
+  local words = { table.unpack(a.positional, 2) }
   if #words == 0 then
     ctx.stderr:write("cargoship exec: no command given (put it after --)\n")
     return ctx.exit.usage
