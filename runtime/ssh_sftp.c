@@ -25,6 +25,8 @@ typedef struct {
   int fd;                 /* local file */
   unsigned char *map;     /* put: the local file mapped */
   size_t size, done;
+  size_t offer;           /* put: bytes offered per sftp_write call */
+  int fsync;              /* put: fsync before close (default on) */
   char *buf;              /* get: read buffer */
   char *tmp;              /* get: local temp name, renamed into place at the end */
 } cs_sftp;
@@ -144,7 +146,7 @@ static int step_put(lua_State *L, cs_sftp *op) {
   int moved = 0;
   while (op->done < op->size) {
     size_t n = op->size - op->done;
-    if (n > OFFER) n = OFFER;
+    if (n > op->offer) n = op->offer;
     unsigned long rx0 = op->ss->rx;
     ssize_t w = libssh2_sftp_write(op->h, (const char *)op->map + op->done, n);
     if (blocked(L, op, w < 0 ? (int)w : 0, rx0)) return moved ? -1 : wait_session(L, op);
@@ -152,7 +154,7 @@ static int step_put(lua_State *L, cs_sftp *op) {
     op->done += (size_t)w;
     moved = 1;
   }
-  op->state = F_FSYNC;
+  op->state = op->fsync ? F_FSYNC : F_CLOSE;
   return -1;
 }
 
@@ -283,6 +285,13 @@ static int l_ssh_sftp_put(lua_State *L) {
   luaL_checkstring(L, A_REMOTE);
   if (ss->state != SS_READY) return not_ready(L, ss);
   cs_sftp *op = new_op(L, ss, K_PUT);
+  lua_getfield(L, A_OPTS, "offer");
+  op->offer = (size_t)luaL_optinteger(L, -1, OFFER);
+  lua_pop(L, 1);
+  lua_getfield(L, A_OPTS, "fsync");
+  op->fsync = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  luaL_argcheck(L, op->offer >= 1024 && op->offer <= 2 * 1024 * 1024, A_OPTS, "offer must be 1 KiB..2 MiB");
   struct stat st;
   op->fd = open(local, O_RDONLY | O_CLOEXEC);
   if (op->fd < 0 || fstat(op->fd, &st) != 0) return local_fail(L, op, "open", errno);
