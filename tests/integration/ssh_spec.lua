@@ -25,6 +25,8 @@ local function tmpfile(content)
   return path
 end
 
+math.randomseed(os.time())
+
 describe("ssh transport on the lab", function()
   for _, flavour in ipairs { "debian", "rocky" } do
     it("runs commands, uploads and downloads on a " .. flavour .. " host", function()
@@ -37,13 +39,14 @@ describe("ssh transport on the lab", function()
         assert.are.equal("oops\n", err)
         assert.are.equal(7, code)
         assert.are.same({ "x\n", "", 0 }, { c:exec("cat", { stdin = "x\n" }) })
-        local src = tmpfile("hello " .. flavour .. "\n")
+        local text = string.format("hello %s %d\n", flavour, math.random(1e9))
+        local src = tmpfile(text)
         local r = assert(c:upload(src, "/etc/cargoship-test.txt", { mode = "0640" }))
         assert.is_false(r.skipped)
         assert.are.equal("640\n", (c:exec("stat -c %a /etc/cargoship-test.txt")))
         local dst = os.tmpname()
-        assert.are.equal(#("hello " .. flavour .. "\n"), c:download("/etc/cargoship-test.txt", dst))
-        assert.are.equal("hello " .. flavour .. "\n", io.open(dst):read("a"))
+        assert.are.equal(#text, c:download("/etc/cargoship-test.txt", dst))
+        assert.are.equal(text, io.open(dst):read("a"))
         os.remove(src)
         os.remove(dst)
         t:close_all()
@@ -244,6 +247,41 @@ describe("ssh transport on the lab", function()
       -- 100 MB of output, not copied quadratically
       local out = c:exec("head -c 100000000 /dev/zero")
       assert.are.equal(100000000, #out)
+    end)
+  end)
+
+  -- notes/libssh2.md §5: the three rules concurrent channels on one session need
+  it("keeps 8 channels writing 8 MiB of stdin each on one session intact (send gate)", function()
+    local h = lab.host(3)
+    run(function()
+      local c = assert(new_transport():connect(lab.conn(h), h.name))
+      local tasks, sums = {}, {}
+      for i = 1, 8 do
+        local data = string.rep(string.char(64 + i), 8 * 1024 * 1024 - i)
+        sums[i] = util.sha256(data)
+        tasks[i] = loop.spawn(function() return c:exec("sha256sum", { stdin = data }) end)
+      end
+      for i = 1, 8 do
+        local ok, out, err, code = tasks[i]:join()
+        assert.is_true(ok, tostring(out))
+        assert.are.equal(0, code, err)
+        assert.are.equal(sums[i], out:match("^%x+"))
+      end
+    end)
+  end)
+
+  it("opens 40 channels at once on one session, queued past MaxSessions (control gate)", function()
+    local h = lab.host(4)
+    run(function()
+      local c = assert(new_transport():connect(lab.conn(h), h.name))
+      local tasks = {}
+      for i = 1, 40 do tasks[i] = loop.spawn(function() return c:exec("echo " .. i .. "; sleep 0.2") end) end
+      for i = 1, 40 do
+        local ok, out = tasks[i]:join()
+        assert.is_true(ok)
+        assert.are.equal(i .. "\n", out)
+      end
+      assert.are.equal(0, c.session:info().channels)
     end)
   end)
 
