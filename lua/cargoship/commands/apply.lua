@@ -1,27 +1,44 @@
--- cargoship.commands.apply: parses apply's flags, validates the cluster, hands over to the pipeline.
+-- cargoship.commands.apply: parses apply's flags, validates the cluster, runs the apply pipeline and reports.
 local args = require "cargoship.cli.args"
 local validate = require "cargoship.commands.validate"
+local context = require "cargoship.pipeline.context"
+local progress = require "cargoship.pipeline.progress"
+local report = require "cargoship.pipeline.report"
+local runner = require "cargoship.pipeline.runner"
 
 local M = {}
 
 M.name = "apply"
-M.summary = "install or upgrade the cluster a cluster file describes (not in this build yet)"
+M.summary = "bring a cluster's hosts to what its cluster file describes (phases 8-29 not in this build)"
 M.usage = [[
 Usage: cargoship apply [options] CLUSTER
 
 Brings every host of the cluster file CLUSTER to the state it describes, through the
-phases listed in the cargoship documentation (connect, gather facts, validate hosts, lock,
-prepare, upload, install or upgrade the engine, ...).
+ordered phases of apply (docs/dry-run.md lists them).
 
-NOT AVAILABLE IN THIS BUILD YET: apply parses its options and validates CLUSTER (exit
-code 1 on mistakes, as validate reports them), then stops with exit code 2, changing
-nothing. The phase runner lands with the issue "The apply pipeline".
+IN THIS BUILD: phases 1-7 (connect, detect operating systems, gather host facts, validate
+hosts, gather distro facts, check for nodes no longer in the config, acquire the host
+lock), 30 (release the lock) and 31 (disconnect). Phases 8-29 (preparing hosts, uploads,
+installing and upgrading engines) are not in this build: apply installs and upgrades
+nothing yet, and its report says so.
 
-With --dry-run, apply connects to every host and runs the read-only preflight phases,
-then reports the phases it would run instead of running them: exit code 3 when work is
-pending, 0 when there is nothing to do. A dry run takes no host lock and needs no
---confirm. Without --dry-run, --confirm is needed when no one is at a terminal to answer
-the question.
+With --dry-run, apply connects to every host and runs the read-only phases for real, then
+reports every other phase with what it would do on each host, "nothing to do", or
+"unassessed" (it would read host state an earlier reported phase has yet to create). A
+dry run changes nothing (the hosts refuse every write), takes no host lock and needs no
+--confirm. Exit codes: 0 nothing is pending, 3 work is pending, 1 a phase failed,
+130 interrupted.
+
+Without --dry-run, apply first runs that dry run and shows it as the plan, then asks
+"Proceed? [y/N]" on the terminal. When stdin is not a terminal, --confirm is needed:
+without it apply stops before changing anything (exit 1). --confirm skips the question.
+Exit codes: 0 applied, 1 a phase failed or the plan was not confirmed, 4 another
+cargoship holds a host lock, 130 interrupted (phases that ran are cleaned up first, so
+host locks are released).
+
+An invalid CLUSTER fails as validate reports it (exit 1). Progress goes to stderr (one
+live line per phase on a terminal); the report goes to stdout as text or, with
+--output json, as one JSON document (schema in docs/dry-run.md).
 
 Every run keeps a full debug log ($XDG_CACHE_HOME/cargoship/, or --log-file PATH).]]
 
@@ -33,7 +50,8 @@ M.options = {
   { long = "output", value = "FORMAT", check = { "text", "json" }, default = "text",
     help = "report as text for people or json for machines" },
   { long = "timeout", value = "DURATION", check = args.checks.duration,
-    help = "give up on the whole apply after DURATION (30s, 5m, 1h, 1m30s or seconds; default: none)" },
+    help = "give up on the plan, and on the run, after DURATION each (30s, 5m, 1h, 1m30s or seconds; "
+      .. "default: none)" },
   { long = "update-firewall", short = "F",
     help = "configure each node's firewall to trust the cluster and open its ports" },
   { long = "update-hosts", short = "H", help = "add every node of the cluster to each node's /etc/hosts" },
@@ -44,6 +62,10 @@ M.options = {
 }
 M.arguments = { { name = "CLUSTER" } }
 M.keeps_log = true
+
+-- The pipeline apply walks (phase module names, their spec numbers, what is not built).
+-- A field, not a local, so specs can hand in fake phases.
+M.pipeline = require "cargoship.pipelines.apply"
 
 -- Everything the pipeline runner needs from the command line, in one plain table: the
 -- runner (cargoship.pipeline.runner) takes it as is, so the CLI stays the only parser.
@@ -64,12 +86,118 @@ function M.apply_options(ctx, a)
   }
 end
 
--- Where the pipeline plugs in. Until the runner exists, say so plainly: exit 2, not a
--- pretend success and not a pretend failure of the cluster.
-local function run_pipeline(ctx, _cluster, _apply_options)
-  ctx.stderr:write("cargoship: apply is not available in this build yet (the phase runner lands ",
-    "with issue \"The apply pipeline\"); nothing was done.\n")
-  return ctx.exit.usage
+-- One pass of the pipeline over fresh Host objects: a dry run (the plan) or the real run.
+-- `late(report)` prints a report that was finished after an interruption (see runner.run).
+-- -> report, the pass's context
+local function pass(ctx, cluster, o, phases, dry_run, deadline, late)
+  local loop = require "cargoship.loop"
+  local pctx = context.new { cluster = cluster, options = o, log = ctx.log, dry_run = dry_run, now = ctx.now,
+    env = ctx.env }
+  local prog = progress.new { stream = ctx.stderr, tty = ctx.isatty and ctx.isatty.stderr,
+    enabled = ctx.log:enabled("info"), logger = ctx.log, now = loop.now }
+  local rep = runner.run(pctx, phases, { pipeline = M.pipeline, progress = prog, deadline = deadline,
+    timeout = o.timeout, on_late_report = late })
+  -- the plan's disconnect only says it would disconnect; no session may outlive its pass
+  if rep.final and pctx.transport then pctx.transport:close_all() end
+  return rep, pctx
+end
+
+-- Exit code of a real run: "locked" when another cargoship's lock stopped it.
+local function real_exit_code(ctx, rep, pctx)
+  local conflicts = pctx.state.lock_conflicts
+  if rep.outcome == "failed" and type(conflicts) == "table" and #conflicts > 0 then return ctx.exit.locked end
+  return report.exit_code(rep, ctx.exit)
+end
+
+-- Writes the final report to stdout, as the operator asked.
+local function emit(ctx, o, rep, heading)
+  if o.output == "json" then
+    ctx.stdout:write(report.json(rep))
+  else
+    ctx.stdout:write(report.text(rep, { heading = heading }))
+  end
+end
+
+-- A line from the operator's terminal, or nil at end of input. Waiting on fd 0 first keeps
+-- the loop (and Ctrl-C) alive while the operator thinks. A field so specs can answer.
+function M.read_line(_ctx)
+  local loop = require "cargoship.loop"
+  loop.wait_fd(0, "r")
+  return io.stdin:read("l")
+end
+
+-- Consent to apply the plan: --confirm, or "y" on a terminal. -> true | nil, outcome, message
+local function consent(ctx, o)
+  if o.confirm then return true end
+  if not (ctx.isatty and ctx.isatty.stdin) then
+    return nil, "not_confirmed", "not a terminal: re-run with --confirm to apply the plan above"
+  end
+  -- the plan went to stdout; it must be on screen before the question
+  if ctx.stdout.flush then ctx.stdout:flush() end
+  ctx.stderr:write("Proceed? [y/N] ")
+  if ctx.stderr.flush then ctx.stderr:flush() end
+  local line = M.read_line(ctx)
+  if line and (line:match("^%s*[yY]%s*$") or line:match("^%s*[yY][eE][sS]%s*$")) then return true end
+  if not line then ctx.stderr:write("\n") end
+  return nil, "declined", "not applied: the answer was not yes"
+end
+
+local function run_pipeline(ctx, cluster, o)
+  local phases, err, detail = runner.load(M.pipeline)
+  if not phases then
+    if detail and detail.missing then
+      ctx.stderr:write("cargoship: apply is not available in this build yet: ", err, "; nothing was done.\n")
+      return ctx.exit.usage
+    end
+    error(err, 0) -- a phase that breaks the contract is a bug of this build
+  end
+  local loop = require "cargoship.loop"
+  local deadline = o.timeout and loop.now() + o.timeout or nil
+
+  if o.dry_run then
+    local rep = pass(ctx, cluster, o, phases, true, deadline, function(r) emit(ctx, o, r) end)
+    if not rep.final then return ctx.exit.interrupted end
+    emit(ctx, o, rep)
+    return report.exit_code(rep, ctx.exit)
+  end
+
+  local plan = pass(ctx, cluster, o, phases, true, deadline, function(r)
+    if o.output == "json" then emit(ctx, o, report.stopped(r, "interrupted", "interrupted while making the plan"))
+    else emit(ctx, o, r, "Plan") end
+  end)
+  if not plan.final then return ctx.exit.interrupted end
+  local asking = not o.confirm and ctx.isatty and ctx.isatty.stdin
+  if o.output ~= "json" then
+    ctx.stdout:write(report.text(plan, { heading = "Plan" }))
+  elseif asking then
+    ctx.stderr:write(report.text(plan, { heading = "Plan" }))
+  end
+  if plan.outcome == "failed" or plan.outcome == "interrupted" then
+    ctx.stderr:write("cargoship: the plan did not complete; nothing was changed.\n")
+    if o.output == "json" then emit(ctx, o, report.stopped(plan, plan.outcome, plan.error or plan.outcome)) end
+    return report.exit_code(plan, ctx.exit)
+  end
+  if plan.outcome == "ok" then
+    ctx.stderr:write("cargoship: nothing to apply.\n")
+    if o.output == "json" then emit(ctx, o, report.stopped(plan, "ok", "nothing to apply")) end
+    return ctx.exit.ok
+  end
+  local yes, outcome, why = consent(ctx, o)
+  if not yes then
+    ctx.stderr:write("cargoship: ", why, "\n")
+    if o.output == "json" then emit(ctx, o, report.stopped(plan, outcome, why)) end
+    return ctx.exit.failure
+  end
+  -- the operator's time to answer is not apply's: the real run gets the whole --timeout
+  deadline = o.timeout and loop.now() + o.timeout or nil
+  local rep, pctx = pass(ctx, cluster, o, phases, false, deadline, function(r)
+    r.plan = plan
+    emit(ctx, o, r)
+  end)
+  rep.plan = plan
+  if not rep.final then return ctx.exit.interrupted end
+  emit(ctx, o, rep)
+  return real_exit_code(ctx, rep, pctx)
 end
 
 function M.run(ctx, a)

@@ -1,4 +1,6 @@
 -- cargoship.commands.validate: checks a cluster file, lists every mistake or summarises it.
+local json_lib = require "cargoship.json"
+
 local M = {}
 
 M.name = "validate"
@@ -96,36 +98,9 @@ local function print_summary(ctx, path, s)
     "registries: ", list_or_none(s.registries), "\n")
 end
 
--- A minimal JSON writer: keys sorted so the output is stable; tables marked as arrays by
--- the caller (an empty list and an empty object look the same in Lua).
-local ARRAY = {}
-local function array(t) return setmetatable(t, ARRAY) end
--- nil cannot be a table value, so an explicit null needs a stand-in
-local NULL = setmetatable({}, { __tostring = function() return "null" end })
-
-local function json(v)
-  local t = type(v)
-  if v == nil or v == NULL then return "null"
-  elseif t == "boolean" then return tostring(v)
-  elseif t == "number" then
-    if math.type(v) == "integer" then return tostring(v) end
-    return string.format("%.17g", v)
-  elseif t == "string" then
-    return '"' .. v:gsub('[%c"\\]', function(c)
-      local named = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
-      return named[c] or string.format("\\u%04x", c:byte())
-    end) .. '"'
-  elseif t == "table" then
-    local parts = {}
-    if getmetatable(v) == ARRAY or v[1] ~= nil then
-      for _, item in ipairs(v) do parts[#parts + 1] = json(item) end
-      return "[" .. table.concat(parts, ",") .. "]"
-    end
-    for _, k in ipairs(sorted_keys(v)) do parts[#parts + 1] = json(k) .. ":" .. json(v[k]) end
-    return "{" .. table.concat(parts, ",") .. "}"
-  end
-  error("cannot encode a " .. t .. " as JSON")
-end
+-- The JSON writer lives in cargoship.json (apply's report uses it too); these names stay
+-- for the callers that already use them.
+local json, array, NULL = json_lib.encode, json_lib.array, json_lib.null
 M.json, M.json_array, M.json_null = json, array, NULL
 
 function M.json_report(cluster, errors)

@@ -1,4 +1,5 @@
--- Specs of `cargoship apply` before the pipeline exists: its flags, the validation, the honest exit 2.
+-- Specs of `cargoship apply`'s command line: its flags, the validation, the honest exit 2 without phases.
+-- (The pipeline itself, consent and reports: tests/unit/pipeline/apply_command_spec.lua.)
 local args = require "cargoship.cli.args"
 local apply = require "cargoship.commands.apply"
 local support = require "unit.commands.support"
@@ -10,8 +11,10 @@ local ERRORS = {
   { file = "bad.yaml", line = 9, col = 7, path = "spec.hosts[0].ssh.port",
     message = "expected an integer" },
 }
-local NOT_AVAILABLE = 'cargoship: apply is not available in this build yet (the phase runner lands '
-  .. 'with issue "The apply pipeline"); nothing was done.\n'
+local NOT_AVAILABLE = "cargoship: apply is not available in this build yet: the apply pipeline needs "
+  .. "phase modules this build does not have yet: cargoship.phases.not_written_yet; nothing was done.\n"
+-- A pipeline whose phase module is missing, whichever phases the build has by now.
+local MISSING = { name = "apply", phases = { "cargoship.phases.not_written_yet" } }
 
 local function parsed(argv)
   local r, pos = args.parse(argv, apply.options)
@@ -24,9 +27,16 @@ local function ctx_with_log(path)
 end
 
 describe("apply", function()
-  local cache
-  before_each(function() cache = support.temp_dir() end)
-  after_each(function() support.remove_tree(cache) end)
+  local cache, saved
+  before_each(function()
+    cache = support.temp_dir()
+    saved = apply.pipeline
+    apply.pipeline = MISSING
+  end)
+  after_each(function()
+    support.remove_tree(cache)
+    apply.pipeline = saved
+  end)
 
   local function run(argv)
     return support.run(argv, { XDG_CACHE_HOME = cache, HOME = cache })
@@ -78,7 +88,7 @@ describe("apply", function()
     end)
   end
 
-  it("validates the cluster, then says plainly that it is not available, and exits 2", function()
+  it("validates the cluster, then says plainly which phases are missing, and exits 2", function()
     support.with_config(support.fake_config(CLUSTER, ERRORS), function()
       local code, out, err = run({ "apply", "--dry-run", "--concurrency", "4", "c.yaml" })
       assert.are.equal(2, code)

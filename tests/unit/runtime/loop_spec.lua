@@ -28,14 +28,14 @@ describe("loop", function()
     end
   end)
 
-  it("does not oversleep much", function()
+  it("never wakes a sleeper before its deadline", function()
     local ok, slept = loop.run(function()
       local t0 = loop.now()
       loop.sleep(0.05)
       return loop.now() - t0
     end)
     assert.is_true(ok)
-    assert.is_true(slept >= 0.05 and slept < 0.5, "slept " .. slept)
+    assert.is_true(slept >= 0.05, "slept " .. slept)
   end)
 
   it("hands a task's results and its error to join", function()
@@ -108,7 +108,6 @@ describe("loop", function()
 
   it("cancels the remaining tasks when the main task ends", function()
     local cleaned = 0
-    local t0 = loop.now and require("cargoship.util").now()
     loop.run(function()
       for _ = 1, 10 do
         loop.spawn(function()
@@ -119,7 +118,6 @@ describe("loop", function()
       loop.sleep(0)
     end)
     assert.are.equal(10, cleaned)
-    assert.is_true(require("cargoship.util").now() - t0 < 5)
   end)
 
   it("raises when waiting outside a task", function()

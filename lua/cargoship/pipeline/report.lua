@@ -1,0 +1,319 @@
+-- cargoship.pipeline.report: the run's report: its final shape, text for people, JSON for machines, exit code.
+--
+-- report = {
+--   pipeline = "apply", dry_run = bool, cluster = name, run_id = string,
+--   hosts = {names in config order},
+--   outcome = "ok" | "pending" | "failed" | "interrupted"      (a run)
+--           | "not_confirmed" | "declined"                     (a real run stopped before it began)
+--   ok = bool (no phase failed, not interrupted), pending = bool (dry run: work is pending),
+--   interrupted = bool, error = nil | string, elapsed = seconds,
+--   not_in_build = nil | {first = 8, last = 29, text = "phases 8-29 (...) are not in this build"},
+--   phases = { {index, number, id, title, dry_run_policy = "read_only"|"own"|"reported",
+--       verdict = "ran"|"own"|"would_act"|"nothing_to_do"|"unassessed"|"failed"|"skipped"|"interrupted",
+--       elapsed, probes, writes, error = nil | string, summary = nil | string (the phase's own),
+--       hosts = { {host = name, actions = {sentences}, reason = nil | string,
+--                  error = nil | string, probes, writes} }   -- config order
+--   } },
+--   cleanup = { {index, id, title, ok, error} },   -- in the order cleanup ran
+--   plan = nil | the dry-run report a real run showed before it began
+-- }
+-- docs/dry-run.md documents the JSON form; change both together.
+local json = require "cargoship.json"
+
+local M = {}
+
+M.SCHEMA = "cargoship.report/v1"
+
+local function plural(n, word)
+  return string.format("%d %s%s", n, word, n == 1 and "" or "s")
+end
+
+local function count(entry, pred)
+  local n = 0
+  for _, h in ipairs(entry.hosts) do
+    if pred(h) then n = n + 1 end
+  end
+  return n
+end
+
+local function has_actions(h) return #h.actions > 0 end
+local function has_reason(h) return h.reason ~= nil end
+local function has_error(h) return h.error ~= nil end
+
+-- "5m", "1m30s", "45s", "0.5s": how --timeout reads back.
+function M.duration(seconds)
+  if seconds < 60 and seconds ~= math.floor(seconds) then return string.format("%gs", seconds) end
+  seconds = math.floor(seconds)
+  local h, m, s = seconds // 3600, seconds % 3600 // 60, seconds % 60
+  local out = ""
+  if h > 0 then out = out .. h .. "h" end
+  if m > 0 then out = out .. m .. "m" end
+  if s > 0 or out == "" then out = out .. s .. "s" end
+  return out
+end
+
+-- The verdict of one phase in a few words; with timing for the progress lines.
+function M.summary(entry, with_time)
+  if with_time == nil then with_time = true end
+  local t = with_time and entry.elapsed and string.format("%.2f s", entry.elapsed) or nil
+  local n = #entry.hosts
+  local function paren(...)
+    local parts = {}
+    for _, x in ipairs({ ... }) do parts[#parts + 1] = x end
+    if t then parts[#parts + 1] = t end
+    return #parts > 0 and (" (" .. table.concat(parts, ", ") .. ")") or ""
+  end
+  local v = entry.verdict
+  if v == "ran" then return "ran" .. paren(plural(n, "host"))
+  elseif v == "own" then return "own dry run" .. paren(plural(n, "host"))
+  elseif v == "nothing_to_do" then return "nothing to do" .. paren(plural(n, "host"))
+  elseif v == "would_act" then
+    return string.format("would act on %d of %s", count(entry, has_actions), plural(n, "host")) .. paren()
+  elseif v == "unassessed" then
+    return string.format("unassessed on %d of %s", count(entry, has_reason), plural(n, "host")) .. paren()
+  elseif v == "failed" then
+    local k = count(entry, has_error)
+    if k > 0 then return string.format("FAILED on %d of %s", k, plural(n, "host")) .. paren() end
+    return "FAILED" .. paren()
+  elseif v == "interrupted" then return "interrupted" .. paren()
+  elseif v == "skipped" then return "skipped (not reached)"
+  end
+  return tostring(v)
+end
+
+-- Hosts in config order: the order of the cluster file, whatever order they finished in.
+function M.sort_hosts(entry)
+  table.sort(entry.hosts, function(a, b)
+    if a._pos ~= b._pos then return a._pos < b._pos end
+    return a.host < b.host
+  end)
+end
+
+local PENDING = { would_act = true, unassessed = true }
+
+-- Settles outcome, ok, pending and error, and drops the runner's bookkeeping.
+-- info = {completed = bool (every phase ended), timed_out = nil | message}
+function M.finalize(report, info)
+  info = info or {}
+  local failed, interrupted, pending
+  for _, p in ipairs(report.phases) do
+    p.by_host, p.unassessed, p.failed = nil, nil, nil
+    for _, h in ipairs(p.hosts) do
+      h._pos, h._host = nil, nil
+      if h.reason then pending = true end
+    end
+    if p.verdict == "failed" and not failed then failed = p end
+    if p.verdict == "interrupted" then interrupted = true end
+    if PENDING[p.verdict] then pending = true end
+  end
+  if not info.completed and not failed then interrupted = true end
+  if interrupted then report.outcome = "interrupted"
+  elseif failed then report.outcome = "failed"
+  elseif report.dry_run and pending then report.outcome = "pending"
+  else report.outcome = "ok" end
+  report.ok = report.outcome == "ok" or report.outcome == "pending"
+  report.pending = report.outcome == "pending"
+  report.interrupted = report.outcome == "interrupted"
+  if info.timed_out then report.error = info.timed_out
+  elseif failed then
+    report.error = string.format("phase %d (%s) failed", failed.number, failed.title)
+  end
+  return report
+end
+
+-- A real run that stopped before its first phase: the plan it showed, and why it stopped.
+function M.stopped(plan, outcome, message)
+  local phases = {}
+  for i, p in ipairs(plan.phases) do
+    phases[i] = { index = p.index, number = p.number, id = p.id, title = p.title,
+      dry_run_policy = p.dry_run_policy, verdict = "skipped", hosts = {} }
+  end
+  return {
+    pipeline = plan.pipeline, dry_run = false, cluster = plan.cluster, run_id = nil, hosts = plan.hosts,
+    outcome = outcome, ok = false, pending = false, interrupted = outcome == "interrupted",
+    error = message, elapsed = 0, not_in_build = plan.not_in_build, phases = phases, cleanup = {},
+    plan = plan, final = true,
+  }
+end
+
+-- The exit code a report stands for; codes is cli.EXIT.
+function M.exit_code(report, codes)
+  local o = report.outcome
+  if o == "ok" then return codes.ok end
+  if o == "pending" then return report.dry_run and codes.pending or codes.ok end
+  if o == "interrupted" then return codes.interrupted end
+  return codes.failure
+end
+
+-- ---- text -----------------------------------------------------------------------------------
+
+local VERB = { ran = "ran", own = "own dry run", nothing_to_do = "nothing to do", skipped = "skipped (not reached)",
+  interrupted = "interrupted" }
+
+local function verdict_words(p, dry_run)
+  if VERB[p.verdict] then
+    if p.verdict == "ran" and dry_run then return "ran, reads only" end
+    return VERB[p.verdict]
+  end
+  return M.summary(p, false)
+end
+
+local function same_lines(a, b)
+  if a.error or b.error or a.reason ~= b.reason or #a.actions ~= #b.actions then return false end
+  for i, x in ipairs(a.actions) do
+    if b.actions[i] ~= x then return false end
+  end
+  return true
+end
+
+-- Every host saying the same ("would run on this host" on 500 hosts) is said once.
+local function all_alike(p)
+  local first = p.hosts[1]
+  if #p.hosts < 2 or not (has_actions(first) or first.reason) then return false end
+  for i = 2, #p.hosts do
+    if not same_lines(first, p.hosts[i]) then return false end
+  end
+  return true
+end
+
+local function host_lines(out, p)
+  if all_alike(p) then
+    local label = "all " .. #p.hosts .. " hosts"
+    for _, a in ipairs(p.hosts[1].actions) do out[#out + 1] = "       " .. label .. "  " .. a end
+    if p.hosts[1].reason then out[#out + 1] = "       " .. label .. "  unassessed: " .. p.hosts[1].reason end
+    return
+  end
+  local width = 0
+  for _, h in ipairs(p.hosts) do
+    if has_actions(h) or h.reason or h.error then width = math.max(width, #h.host) end
+  end
+  local quiet = 0
+  for _, h in ipairs(p.hosts) do
+    local name = h.host .. string.rep(" ", width - #h.host)
+    local said = false
+    for _, a in ipairs(h.actions) do
+      out[#out + 1] = "       " .. name .. "  " .. a
+      said = true
+    end
+    if h.reason then
+      out[#out + 1] = "       " .. name .. "  unassessed: " .. h.reason
+      said = true
+    end
+    if h.error then
+      out[#out + 1] = "       " .. name .. "  error: " .. h.error
+      said = true
+    end
+    if not said then quiet = quiet + 1 end
+  end
+  if quiet > 0 and quiet < #p.hosts and (p.verdict == "would_act" or p.verdict == "unassessed") then
+    out[#out + 1] = string.format("       (nothing to do on %s)", plural(quiet, "other host"))
+  end
+end
+
+local function footer(report, heading)
+  local o = report.outcome
+  local changed = report.dry_run and " Nothing was changed." or ""
+  if o == "pending" then
+    local act, un = 0, 0
+    for _, p in ipairs(report.phases) do
+      if p.verdict == "would_act" then act = act + 1 end
+      if p.verdict == "unassessed" or (p.verdict ~= "would_act" and count(p, has_reason) > 0) then un = un + 1 end
+    end
+    return string.format("Work is pending: %s would act, %d unassessed.%s", plural(act, "phase"), un, changed)
+  elseif o == "ok" then
+    if report.dry_run then return "Nothing to do." .. changed end
+    return "Applied: every phase finished."
+  elseif o == "interrupted" then
+    return "Interrupted." .. (report.dry_run and changed or "")
+  elseif o == "failed" then
+    return heading .. " failed: " .. tostring(report.error) .. "." .. changed
+  end
+  return "Not applied: " .. tostring(report.error)
+end
+
+-- M.text(report, {heading = "Dry run"}) -> the report for people, stable for the same run.
+function M.text(report, opts)
+  opts = opts or {}
+  local out = {}
+  local heading = opts.heading or (report.dry_run and "Dry run" or "Apply")
+  out[1] = string.format("%s of cluster %s on %s (%s pipeline, %s)", heading,
+    report.cluster and string.format("%q", report.cluster) or "(unnamed)", plural(#report.hosts, "host"),
+    report.pipeline or "a", plural(#report.phases, "phase"))
+  local gap = report.not_in_build
+  for i, p in ipairs(report.phases) do
+    out[#out + 1] = string.format("%3d. %s: %s", p.number, p.title, verdict_words(p, report.dry_run))
+    if p.summary then out[#out + 1] = "       " .. p.summary end
+    if p.error then out[#out + 1] = "       error: " .. p.error end
+    host_lines(out, p)
+    local next_p = report.phases[i + 1]
+    if gap and next_p and p.number < gap.first and next_p.number > gap.last then
+      out[#out + 1] = "     " .. gap.text
+    end
+  end
+  for _, c in ipairs(report.cleanup or {}) do
+    out[#out + 1] = string.format("Cleanup after %d. %s: %s", c.index and report.phases[c.index].number or 0,
+      c.title, c.ok and "done" or ("FAILED: " .. tostring(c.error)))
+  end
+  out[#out + 1] = footer(report, heading)
+  if gap then
+    out[#out + 1] = string.format("Note: %s; this report covers only the phases above.", gap.text)
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- ---- JSON -----------------------------------------------------------------------------------
+
+-- Seconds to the millisecond: more digits would be noise, not precision.
+local function seconds(v)
+  return math.floor((v or 0) * 1000 + 0.5) / 1000
+end
+
+local function or_null(v)
+  if v == nil then return json.null end
+  return v
+end
+
+local function strings(list)
+  local out = json.array({})
+  for i, s in ipairs(list or {}) do out[i] = s end
+  return out
+end
+
+local function json_phase(p)
+  local hosts = json.array({})
+  for i, h in ipairs(p.hosts) do
+    hosts[i] = { host = h.host, actions = strings(h.actions), reason = or_null(h.reason),
+      error = or_null(h.error), probes = h.probes or 0, writes = h.writes or 0 }
+  end
+  return { index = p.index, number = p.number, id = p.id, title = p.title,
+    dry_run_policy = p.dry_run_policy, verdict = p.verdict, elapsed = seconds(p.elapsed),
+    probes = p.probes or 0, writes = p.writes or 0, error = or_null(p.error), summary = or_null(p.summary),
+    hosts = hosts }
+end
+
+local function json_doc(report)
+  local phases = json.array({})
+  for i, p in ipairs(report.phases) do phases[i] = json_phase(p) end
+  local cleanup = json.array({})
+  for i, c in ipairs(report.cleanup or {}) do
+    cleanup[i] = { index = c.index, id = c.id, title = c.title, ok = c.ok, error = or_null(c.error) }
+  end
+  local gap = report.not_in_build
+  return {
+    schema = M.SCHEMA, pipeline = or_null(report.pipeline), dry_run = report.dry_run,
+    cluster = or_null(report.cluster), run_id = or_null(report.run_id), hosts = strings(report.hosts),
+    outcome = report.outcome, ok = report.ok, pending = report.pending,
+    interrupted = report.interrupted and true or false, error = or_null(report.error),
+    elapsed = seconds(report.elapsed),
+    not_in_build = gap and { first = gap.first, last = gap.last, text = gap.text } or json.null,
+    phases = phases, cleanup = cleanup,
+    plan = report.plan and json_doc(report.plan) or json.null,
+  }
+end
+
+-- M.json(report) -> one line of JSON and a newline (docs/dry-run.md).
+function M.json(report)
+  return json.encode(json_doc(report)) .. "\n"
+end
+
+return M

@@ -1,0 +1,473 @@
+-- cargoship.pipeline.runner: walks a pipeline's phases over the hosts, for real or as a dry run, and reports.
+--
+-- Real run, per phase: prepare, assess every prepared host (concurrently), run on the hosts
+-- with work; a phase without assess always runs on every prepared host. A host failing
+-- fails the phase: the phases whose run started are cleaned up in reverse order, the rest
+-- are skipped. Dry run (spec/apply-phases.txt): "read_only" phases run as above with writes
+-- refused by the hosts; a phase with its own dry-run path runs that; every other phase is
+-- prepared and assessed against the live hosts and reported with what it would do, unless
+-- it reads host state an earlier reported phase with pending work would create: there it is
+-- unassessed, and its assess is not called.
+--
+-- The phases run in a task of their own, and cleanup runs in that task's destructor: a
+-- cancelled task cannot wait, a destructor can, and cleanup (releasing locks) must reach
+-- the hosts however the run ends. This file is the only one of the pipeline that touches
+-- the loop.
+local loop = require "cargoship.loop"
+local contract = require "cargoship.pipeline.contract"
+local report_mod = require "cargoship.pipeline.report"
+
+local M = {}
+
+-- The action a reported phase without assess gets on every host it prepared.
+M.WOULD_RUN = "would run on this host"
+
+-- ---- loading a pipeline -----------------------------------------------------------------
+
+local function module_exists(name)
+  return package.loaded[name] ~= nil or package.preload[name] ~= nil
+    or package.searchpath(name, package.path) ~= nil
+end
+
+-- M.load(pipeline) -> phases | nil, message, {missing = {...}} | {problems = {...}}
+-- pipeline: a pipeline module (pipelines/apply.lua) or its name. Modules missing from the
+-- build are listed together (not a Lua "module not found" for the first); a module that
+-- exists and fails to load raises, since that is a bug.
+function M.load(pipeline)
+  if type(pipeline) == "string" then pipeline = require(pipeline) end
+  local name = pipeline.name or "this"
+  local missing = {}
+  for _, mod in ipairs(pipeline.phases) do
+    if not module_exists(mod) then missing[#missing + 1] = mod end
+  end
+  if #missing > 0 then
+    return nil, string.format("the %s pipeline needs phase modules this build does not have yet: %s",
+      name, table.concat(missing, ", ")), { missing = missing }
+  end
+  local phases = {}
+  for i, mod in ipairs(pipeline.phases) do phases[i] = require(mod) end
+  local ok, problems = contract.check_all(phases)
+  if not ok then
+    for i, p in ipairs(problems) do
+      local n = tonumber(p:match("^phase (%d+)"))
+      if n then problems[i] = pipeline.phases[n] .. ": " .. p end
+    end
+    return nil, string.format("the %s pipeline has phases that break the phase contract:\n  %s", name,
+      table.concat(problems, "\n  ")), { problems = problems }
+  end
+  return phases
+end
+
+-- ---- small helpers ------------------------------------------------------------------------
+
+local function message_of(e)
+  if type(e) == "table" and e.err then return tostring(e.err) end
+  return tostring(e)
+end
+
+-- "<host>: dry run: refused to ..." -> "dry run: refused to ...": the report names the host.
+local function strip_host(name, msg)
+  if msg:sub(1, #name + 2) == name .. ": " then return msg:sub(#name + 3) end
+  return msg
+end
+
+-- Actions as the report keeps them: a list of sentences. nil or {} means nothing to do.
+local function normalize_actions(list)
+  if list == nil then return {} end
+  if type(list) ~= "table" then
+    error("assess must return a list of actions or nothing, not a " .. type(list), 0)
+  end
+  local out = {}
+  for i, a in ipairs(list) do
+    if type(a) == "string" then out[#out + 1] = a
+    elseif type(a) == "table" and type(a.action) == "string" then out[#out + 1] = a.action
+    else error(string.format("action %d must be a string or {action = \"sentence\"}", i), 0) end
+  end
+  return out
+end
+
+-- ---- one phase ------------------------------------------------------------------------------
+
+local Run = {}
+Run.__index = Run
+
+function Run:entry_for(entry, h)
+  local e = entry.by_host[h]
+  if not e then
+    e = { host = h.name, actions = {}, _pos = self.position[h] or math.huge, _host = h }
+    entry.by_host[h] = e
+    entry.hosts[#entry.hosts + 1] = e
+  end
+  return e
+end
+
+function Run:host_failure(entry, h, msg)
+  local e = self:entry_for(entry, h)
+  msg = message_of(msg)
+  if self.ctx._log_failure then self.ctx:_log_failure(h, msg) end
+  msg = strip_host(h.name or "", msg)
+  if e.error == nil then e.error = msg
+  elseif not e.error:find(msg, 1, true) then e.error = e.error .. "; " .. msg end
+  entry.failed = true
+end
+
+-- err from run or dry_run: the failure list ctx:each returns, or one message.
+function Run:phase_failure(entry, err)
+  if type(err) == "table" and err.err == nil and getmetatable(err) == nil then
+    for _, f in ipairs(err) do
+      if type(f) == "table" and type(f.host) == "table" then self:host_failure(entry, f.host, f.err)
+      else self:phase_error(entry, message_of(f)) end
+    end
+    if #err == 0 then self:phase_error(entry, "failed, naming no host and no reason") end
+  else
+    self:phase_error(entry, message_of(err))
+  end
+end
+
+function Run:phase_error(entry, msg)
+  entry.error = entry.error and (entry.error .. "; " .. msg) or msg
+  entry.failed = true
+  if self.ctx.log then self.ctx.log:error("%s: %s", entry.title, msg) end
+end
+
+function Run:prepare(phase)
+  if not phase.prepare then return self.ctx.hosts end
+  local hosts, err = phase.prepare(self.ctx)
+  if hosts == nil and err ~= nil then error(message_of(err), 0) end
+  if type(hosts) ~= "table" then
+    error("prepare must return a list of hosts (an empty list when none), not " .. type(hosts), 0)
+  end
+  for i, h in ipairs(hosts) do
+    if type(h) ~= "table" or self.position[h] == nil then
+      error(string.format("prepare returned something that is not one of ctx.hosts at %d", i), 0)
+    end
+  end
+  return hosts
+end
+
+-- Assesses hosts concurrently; -> the hosts with work (actions recorded on their entries).
+function Run:assess(phase, entry, hosts)
+  local ctx = self.ctx
+  local ok, a, b = ctx:each(hosts, function(h)
+    return normalize_actions(phase.assess(ctx, h))
+  end)
+  local values = a
+  if not ok then
+    values = b
+    for _, f in ipairs(a) do self:host_failure(entry, f.host, f.err) end
+  end
+  local work = {}
+  for _, h in ipairs(hosts) do
+    local e = self:entry_for(entry, h)
+    local actions = values and values[h]
+    if actions and #actions > 0 then
+      e.actions = actions
+      work[#work + 1] = h
+    end
+  end
+  return work
+end
+
+-- The phase does its work (real run, or read_only in a dry run).
+function Run:run_phase(phase, entry, hosts)
+  local ctx = self.ctx
+  local work = hosts
+  if phase.assess then
+    work = self:assess(phase, entry, hosts)
+    if entry.failed then return end
+    if #work == 0 then
+      entry.verdict = "nothing_to_do"
+      return
+    end
+  end
+  self.started[#self.started + 1] = { phase = phase, entry = entry }
+  local r, err = phase.run(ctx, work)
+  if r == nil and err ~= nil then self:phase_failure(entry, err) end
+  -- a phase may sum up what it found ("all 5 nodes are in the config") for the report
+  if type(r) == "table" and type(r.summary) == "string" then entry.summary = r.summary end
+  entry.verdict = "ran"
+end
+
+function Run:own_dry_run(phase, entry, hosts)
+  self.started[#self.started + 1] = { phase = phase, entry = entry }
+  local results, err = phase.dry_run(self.ctx, hosts)
+  if results == nil and err ~= nil then
+    self:phase_failure(entry, err)
+    return
+  end
+  if type(results) ~= "table" then error("dry_run must return a list of {host =, actions =}", 0) end
+  local by_name = {}
+  for _, h in ipairs(self.ctx.hosts) do by_name[h.name] = h end
+  for i, r in ipairs(results) do
+    local h = type(r) == "table" and r.host
+    if type(h) == "string" then h = by_name[h] end
+    if type(h) ~= "table" or not self.position[h] then
+      error(string.format("dry_run result %d names no host of this run", i), 0)
+    end
+    local e = self:entry_for(entry, h)
+    local actions = normalize_actions(r.actions)
+    for _, a in ipairs(actions) do e.actions[#e.actions + 1] = a end
+  end
+  entry.verdict = "own"
+end
+
+function Run:report_only(phase, entry, hosts)
+  local work = {}
+  if phase.assess then
+    work = self:assess(phase, entry, hosts)
+    if entry.failed then return end
+  else
+    for _, h in ipairs(hosts) do
+      self:entry_for(entry, h).actions = { M.WOULD_RUN }
+      work[#work + 1] = h
+    end
+  end
+  if #work > 0 then entry.verdict = "would_act"
+  elseif next(entry.unassessed) then entry.verdict = "unassessed"
+  else entry.verdict = "nothing_to_do" end
+end
+
+-- In a dry run: which hosts the phase cannot be assessed on, and why.
+function Run:split_unassessed(phase, entry, hosts)
+  local rest = {}
+  for _, h in ipairs(hosts) do
+    local reason
+    for _, state in ipairs(phase.reads or {}) do
+      local by = self.pending[state] and self.pending[state][h]
+      if by then
+        reason = string.format("reads %s, which %s would create", state, by)
+        break
+      end
+    end
+    if reason then
+      self:entry_for(entry, h).reason = reason
+      entry.unassessed[h] = true
+    else
+      rest[#rest + 1] = h
+    end
+  end
+  return rest
+end
+
+-- After a reported phase: what it would create does not exist yet where it has work, nor
+-- where it could not even be assessed.
+function Run:note_pending(phase, entry)
+  for _, e in ipairs(entry.hosts) do
+    if #e.actions > 0 or e.reason then
+      for _, state in ipairs(phase.creates or {}) do
+        self.pending[state] = self.pending[state] or {}
+        self.pending[state][e._host] = self.pending[state][e._host] or entry.title
+      end
+    end
+  end
+end
+
+local function counters(hosts)
+  local snap = {}
+  for _, h in ipairs(hosts) do
+    snap[h] = { probes = h.probes_sent or 0, writes = h.writes_sent or 0, refused = #(h.refused or {}) }
+  end
+  return snap
+end
+
+-- Round trips per host, and the writes a dry run refused even if the phase swallowed the error.
+function Run:account(entry, before)
+  local probes, writes = 0, 0
+  for _, h in ipairs(self.ctx.hosts) do
+    local b = before[h]
+    local dp, dw = (h.probes_sent or 0) - b.probes, (h.writes_sent or 0) - b.writes
+    probes, writes = probes + dp, writes + dw
+    local e = entry.by_host[h]
+    if not e and (dp > 0 or dw > 0) then e = self:entry_for(entry, h) end
+    if e then e.probes, e.writes = dp, dw end
+    if self.ctx.dry_run then
+      for i = b.refused + 1, #(h.refused or {}) do
+        local msg = "dry run: refused to " .. h.refused[i]
+        -- already failed with this refusal (ctx:each saw it raise): say it once
+        if not (e and e.error and e.error:find(msg, 1, true)) then self:host_failure(entry, h, msg) end
+      end
+    end
+  end
+  entry.probes, entry.writes = probes, writes
+end
+
+function Run:phase(i, phase)
+  local ctx = self.ctx
+  local entry = self.report.phases[i]
+  entry.by_host, entry.unassessed = {}, {}
+  local total = #self.phases
+  self.progress:start(i, total, entry.title)
+  if ctx.log then ctx.log:debug("phase %d/%d %s: start (%s)", i, total, entry.id, entry.dry_run_policy) end
+  local t0 = loop.now()
+  local before = counters(ctx.hosts)
+  ctx._failures = {}
+  ctx._progress = function(done, n) self.progress:hosts(done, n) end
+  local trace
+  local ok, err = xpcall(function()
+    local hosts = self:prepare(phase)
+    for _, h in ipairs(hosts) do self:entry_for(entry, h) end
+    if ctx.dry_run then
+      hosts = self:split_unassessed(phase, entry, hosts)
+      if entry.dry_run_policy == contract.READ_ONLY then self:run_phase(phase, entry, hosts)
+      elseif entry.dry_run_policy == contract.OWN then self:own_dry_run(phase, entry, hosts)
+      else self:report_only(phase, entry, hosts) end
+    else
+      self:run_phase(phase, entry, hosts)
+    end
+  end, function(e)
+    trace = debug.traceback(message_of(e), 2)
+    return e
+  end)
+  ctx._progress = nil
+  local cancelled = self.task:cancelled()
+  if not ok and not cancelled then
+    if ctx.log and trace then ctx.log:debug("%s", trace) end
+    self:phase_failure(entry, err)
+  end
+  for _, f in ipairs(ctx._failures) do self:host_failure(entry, f.host, f.err) end
+  ctx._failures = nil
+  self:account(entry, before)
+  entry.elapsed = loop.now() - t0
+  if cancelled then
+    entry.verdict = "interrupted"
+    if self.timed_out then
+      entry.verdict = "failed"
+      entry.error = self.timed_out
+      if ctx.log then ctx.log:error("%s: %s", entry.title, self.timed_out) end
+    end
+  elseif entry.failed then
+    entry.verdict = "failed"
+  end
+  if ctx.dry_run and entry.verdict ~= "failed" then self:note_pending(phase, entry) end
+  report_mod.sort_hosts(entry)
+  self.progress:finish(i, total, entry.title, report_mod.summary(entry))
+  if entry.verdict == "failed" or entry.verdict == "interrupted" then return false end
+  return true
+end
+
+-- Runs in the destructor of the phases' task, where waiting still works after a cancel.
+function Run:cleanup()
+  local ctx = self.ctx
+  for i = #self.started, 1, -1 do
+    local s = self.started[i]
+    if s.phase.cleanup then
+      local rec = { index = s.entry.index, id = s.entry.id, title = s.entry.title, ok = true }
+      if ctx.log then ctx.log:verbose("cleaning up after %s", s.entry.title) end
+      local ok, err = pcall(s.phase.cleanup, ctx)
+      if not ok then
+        rec.ok, rec.error = false, message_of(err)
+        if ctx.log then ctx.log:error("cleanup of %s failed: %s", s.entry.title, rec.error) end
+      end
+      self.report.cleanup[#self.report.cleanup + 1] = rec
+    end
+  end
+end
+
+function Run:body()
+  for i, phase in ipairs(self.phases) do
+    if not self:phase(i, phase) then return end
+  end
+  self.completed = true
+end
+
+-- ---- the run ----------------------------------------------------------------------------------
+
+local function new_report(ctx, phases, pipeline)
+  local numbers = pipeline and pipeline.numbers
+  if numbers and #numbers ~= #phases then
+    error(string.format("pipeline %s: %d phases but %d numbers", tostring(pipeline.name), #phases, #numbers), 2)
+  end
+  local names = {}
+  for i, h in ipairs(ctx.hosts) do names[i] = h.name end
+  local report = {
+    pipeline = pipeline and pipeline.name or nil,
+    dry_run = ctx.dry_run,
+    cluster = ctx.cluster and ctx.cluster.name or nil,
+    run_id = ctx.run_id,
+    hosts = names,
+    phases = {},
+    cleanup = {},
+    not_in_build = pipeline and pipeline.not_in_build or nil,
+  }
+  for i, phase in ipairs(phases) do
+    report.phases[i] = {
+      index = i, number = numbers and numbers[i] or i, id = phase.id, title = phase.title,
+      dry_run_policy = contract.policy(phase), verdict = "skipped", hosts = {},
+    }
+  end
+  return report
+end
+
+local NO_PROGRESS = { start = function() end, hosts = function() end, finish = function() end,
+  close = function() end }
+
+-- M.run(ctx, phases, opts) -> report (see report.lua for its shape)
+-- opts (all optional):
+--   pipeline   the pipeline module: name, numbers (spec numbers of its phases), not_in_build
+--   progress   a cargoship.pipeline.progress object
+--   deadline   loop.now() time after which the run gives up (--timeout); a failure
+--   on_late_report(report)  see below
+-- Refuses (raises) phases that break the contract, before anything runs. When the calling
+-- task is cancelled (Ctrl-C), run returns at once with report.final = false: the phases'
+-- cleanup goes on in destructors, and on_late_report gets the finished report after it.
+function M.run(ctx, phases, opts)
+  opts = opts or {}
+  local ok, problems = contract.check_all(phases)
+  if not ok then error("pipeline refused before it ran:\n  " .. table.concat(problems, "\n  "), 0) end
+  local position = {}
+  for i, h in ipairs(ctx.hosts) do position[h] = i end
+  local report = new_report(ctx, phases, opts.pipeline)
+  local run = setmetatable({
+    ctx = ctx, phases = phases, report = report, position = position,
+    progress = opts.progress or NO_PROGRESS, started = {}, pending = {},
+    completed = false,
+  }, Run)
+  local t0 = loop.now()
+  local late = false
+  local function finish()
+    report.elapsed = loop.now() - t0
+    report_mod.finalize(report, { completed = run.completed, timed_out = run.timed_out })
+    run.progress:close()
+    report.final = true
+    if late and opts.on_late_report then opts.on_late_report(report) end
+  end
+  local task = loop.spawn(function()
+    run.task = loop.current()
+    local timer
+    loop.defer(function()
+      if timer then timer:cancel() end
+      if not run.completed then run:cleanup() end
+      finish()
+    end)
+    if opts.deadline then
+      local seconds = opts.deadline - loop.now()
+      timer = loop.spawn(function()
+        loop.sleep(math.max(seconds, 0))
+        run.timed_out = string.format("gave up: the run took longer than --timeout (%s)",
+          report_mod.duration(opts.timeout or math.max(seconds, 0)))
+        run.task:cancel()
+      end)
+    end
+    run:body()
+  end)
+  local jok, tok, terr = pcall(task.join, task)
+  if not jok then
+    if task:status() ~= "done" then
+      -- our own task was cancelled: stop the phases, and keep the loop alive until their
+      -- cleanup has reached the hosts (a destructor of ours can wait; we no longer can)
+      task:cancel()
+      late = true
+      loop.defer(function() task:join() end)
+      report.final = false
+      report.outcome, report.interrupted, report.ok, report.pending = "interrupted", true, false, false
+      return report
+    end
+    tok, terr = task:join() -- a task that is done answers at once, cancelled or not
+  end
+  -- a phase's failure is in the report; only the runner's own bugs end up here
+  if not tok and terr ~= "cancelled" then error(terr, 0) end
+  if not report.final then error("the pipeline task ended without a report: " .. tostring(terr), 0) end
+  return report
+end
+
+return M

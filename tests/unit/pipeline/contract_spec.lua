@@ -1,0 +1,177 @@
+-- Specs of the phase contract, and the contract check of every phase module apply's pipeline lists.
+local contract = require "cargoship.pipeline.contract"
+local context = require "cargoship.pipeline.context"
+local host_mod = require "cargoship.host"
+local log = require "cargoship.log"
+local loop = require "cargoship.loop"
+local S = require "unit.pipeline.support"
+
+local function problems_of(phase)
+  local ok, list = contract.check(phase)
+  if ok then return {} end
+  return list
+end
+
+local function good(extra)
+  local p = { id = "gather_facts", title = "Gather host facts", run = function() end }
+  for k, v in pairs(extra or {}) do p[k] = v end
+  return p
+end
+
+describe("contract.check", function()
+  it("accepts the three dry-run policies", function()
+    assert.is_true(contract.check(good()))
+    assert.is_true(contract.check(good { dry_run = "read_only", reads = { "connection" }, creates = { "facts" },
+      prepare = function() end, assess = function() end, cleanup = function() end }))
+    assert.is_true(contract.check(good { dry_run = function() end }))
+    assert.are.equal("reported", contract.policy(good()))
+    assert.are.equal("read_only", contract.policy(good { dry_run = "read_only" }))
+    assert.are.equal("own", contract.policy(good { dry_run = function() end }))
+  end)
+
+  for _, case in ipairs({
+    { "no id", { id = false }, "`id` must be a snake_case string, not boolean" },
+    { "a bad id", { id = "Gather-Facts" }, '`id` must be a snake_case string, not "Gather-Facts"' },
+    { "no title", { title = "" }, "`title` must be a non-empty string" },
+    { "a bad dry_run", { dry_run = "readonly" }, '`dry_run` must be "read_only", a function (its own dry-run '
+      .. 'path) or absent, not "readonly"' },
+    { "dry_run true", { dry_run = true }, "or absent, not a boolean" },
+    { 'dry_run "own" without its path', { dry_run = "own" }, '`dry_run` = "own" declares nothing to run' },
+    { "no run", { run = false }, "`run` must be a function, not a boolean" },
+    { "run missing", { run = "nil" }, "`run` is missing (a function)" },
+    { "a prepare that is not a function", { prepare = {} }, "`prepare` must be a function, not a table" },
+    { "an assess that is not a function", { assess = "x" }, "`assess` must be a function, not a string" },
+    { "a cleanup that is not a function", { cleanup = 1 }, "`cleanup` must be a function, not a number" },
+    { "reads not a list", { reads = "facts" }, "`reads` must be a list of state names, not a string" },
+    { "reads with a number", { reads = { "facts", 3 } }, "`reads`[2] must be a state name (a word), not a number" },
+    { "creates with a key", { creates = { lock = true } }, "`creates` must be a list, it has the key lock" },
+    { "creates with a phrase", { creates = { "the lock" } },
+      '`creates`[1] must be a state name (a word), not "the lock"' },
+    { "a misspelt cleanup", { cleanUp = function() end }, "`cleanUp` is not a phase field; did you mean `cleanup`?" },
+    { "a misspelt dry_run", { dryrun = "read_only" }, "`dryrun` is not a phase field; did you mean `dry_run`?" },
+  }) do
+    it("refuses " .. case[1], function()
+      local p = good()
+      for k, v in pairs(case[2]) do
+        if v == "nil" then p[k] = nil else p[k] = v end
+      end
+      local list = problems_of(p)
+      local found = false
+      for _, msg in ipairs(list) do
+        if msg:find(case[3], 1, true) then found = true end
+      end
+      assert(found, "expected a problem like " .. case[3] .. ", got: " .. table.concat(list, " | "))
+    end)
+  end
+
+  it("refuses something that is not a table", function()
+    assert.are.same({ "a phase must be a table, not a string" }, problems_of("connect"))
+  end)
+
+  it("check_all names each problem by position and id, and refuses an id used twice", function()
+    local ok, list = contract.check_all({ good(), good { title = "" }, good() })
+    assert.is_nil(ok)
+    assert.are.same({
+      "phase 2 (gather_facts): `title` must be a non-empty string (the title in apply-phases.txt)",
+      "phase 3 (gather_facts): id already used by phase 1",
+    }, list)
+  end)
+end)
+
+-- ---- the phase modules of apply ----------------------------------------------------------
+
+-- spec/apply-phases.txt: number -> title and dry-run policy
+local SPEC = {
+  [1] = { "Connect to hosts", "read_only" },
+  [2] = { "Detect host operating systems", "read_only" },
+  [3] = { "Gather host facts", "read_only" },
+  [4] = { "Validate hosts", "read_only" },
+  [5] = { "Gathering facts about the distro installed", "read_only" },
+  [6] = { "Checking for nodes no longer in the config", "read_only" },
+  [7] = { "Acquire exclusive host lock", "reported" },
+  [30] = { "Release exclusive host lock", "reported" },
+  [31] = { "Disconnect from hosts", "own" },
+}
+
+local function exists(name)
+  return package.loaded[name] ~= nil or package.searchpath(name, package.path) ~= nil
+end
+
+-- Hosts whose every write fails the spec (recorded, then raised), over a connection that
+-- answers every read with nothing.
+local function guarded_ctx(writes)
+  local logger = log.new { level = "quiet", stream = S.capture() }
+  local cluster = S.cluster()
+  local hosts = {}
+  for i, cfg in ipairs(cluster.hosts) do
+    local h = host_mod.new { config = cfg, dry_run = false }
+    local conn = S.fake_conn()
+    conn.check = function(_, cmd) writes[#writes + 1] = h.name .. ": conn:check " .. cmd error("write", 0) end
+    conn.upload = function(_, _, dst) writes[#writes + 1] = h.name .. ": conn:upload " .. dst error("write", 0) end
+    h:attach(conn)
+    for _, m in ipairs({ "run", "check", "write_file", "upload", "remove" }) do
+      h[m] = function(_, what)
+        writes[#writes + 1] = string.format("%s: %s %s", h.name, m, tostring(what))
+        error("write", 0)
+      end
+    end
+    hosts[i] = h
+  end
+  return context.new { cluster = cluster, options = { concurrency = 30 }, log = logger, dry_run = false,
+    hosts = hosts, run_id = "contract-spec" }
+end
+
+describe("apply's phase modules", function()
+  local pipeline = require "cargoship.pipelines.apply"
+
+  it("list one spec number per module, in the spec's order", function()
+    assert.are.equal(#pipeline.phases, #pipeline.numbers)
+    for i = 2, #pipeline.numbers do assert.is_true(pipeline.numbers[i - 1] < pipeline.numbers[i]) end
+    for _, n in ipairs(pipeline.numbers) do assert.is_not_nil(SPEC[n], "no phase " .. n .. " in the spec") end
+  end)
+
+  it("all exist in this build", function()
+    local missing = {}
+    for _, name in ipairs(pipeline.phases) do
+      if not exists(name) then missing[#missing + 1] = name end
+    end
+    assert(#missing == 0, "phase modules missing from this build: " .. table.concat(missing, ", "))
+  end)
+
+  for i, name in ipairs(pipeline.phases) do
+    local number = pipeline.numbers[i]
+    it(name .. " keeps the phase contract and the spec's title and policy (phase " .. number .. ")", function()
+      if not exists(name) then
+        pending(name .. " is not in this build yet (the spec above fails for it)")
+        return
+      end
+      local phase = require(name)
+      local ok, problems = contract.check(phase)
+      assert(ok, name .. ": " .. table.concat(problems or {}, "; "))
+      assert.are.equal(SPEC[number][1], phase.title)
+      assert.are.equal(SPEC[number][2], contract.policy(phase))
+    end)
+
+    it(name .. ": prepare and assess only read", function()
+      if not exists(name) then
+        pending(name .. " is not in this build yet (the spec above fails for it)")
+        return
+      end
+      local phase = require(name)
+      local writes = {}
+      loop.run(function()
+        local ctx = guarded_ctx(writes)
+        local hosts = ctx.hosts
+        if phase.prepare then
+          -- fake facts may make prepare or assess fail; only a write fails this spec
+          local pok, list = pcall(phase.prepare, ctx)
+          if pok and type(list) == "table" and #list > 0 then hosts = list end
+        end
+        if phase.assess then
+          for _, h in ipairs(hosts) do pcall(phase.assess, ctx, h) end
+        end
+      end)
+      assert(#writes == 0, name .. " wrote in prepare/assess: " .. table.concat(writes, "; "))
+    end)
+  end
+end)

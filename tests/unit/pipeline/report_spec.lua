@@ -1,0 +1,176 @@
+-- Specs of cargoship.pipeline.report: golden text, the JSON schema of docs/dry-run.md, exit codes.
+local cjson = require "cjson"
+local cli = require "cargoship.cli"
+local report = require "cargoship.pipeline.report"
+local S = require "unit.pipeline.support"
+
+local PIPELINE = { name = "apply", numbers = { 1, 3, 7, 8, 30, 31 },
+  not_in_build = { first = 9, last = 29, text = "phases 9-29 are not in this build" } }
+
+-- A dry run touching every verdict a successful dry run can give.
+local function dry_run_report()
+  local calls = {}
+  local ctx = S.ctx { dry_run = true }
+  return S.run(ctx, {
+    S.phase(calls, "connect", { title = "Connect to hosts", dry_run = "read_only" }),
+    S.phase(calls, "gather_facts", { title = "Gather host facts", dry_run = "read_only",
+      run = function(c, hosts) return c:each(hosts, function(h) return h:probe("hostname") end) end }),
+    S.phase(calls, "acquire_lock", { title = "Acquire exclusive host lock", creates = { "lock" } }),
+    S.phase(calls, "prepare", { title = "Prepare hosts", reads = { "facts" },
+      -- finishing out of config order must not change the report
+      assess = function(_, h)
+        if h.name == "worker-1" then return { "write /etc/sysctl.d/99-cargoship.conf" } end
+        if h.name == "ctrl-2" then return { "set vm.swappiness=0", { action = "write /etc/environment" } } end
+      end }),
+    S.phase(calls, "release_lock", { title = "Release exclusive host lock", reads = { "lock" } }),
+    S.phase(calls, "disconnect", { title = "Disconnect from hosts", dry_run = function(_, hosts)
+      local out = {}
+      for i, h in ipairs(hosts) do out[i] = { host = h, actions = { "close the SSH session" } } end
+      return out
+    end }),
+  }, { pipeline = PIPELINE })
+end
+
+local GOLDEN_DRY = [[
+Dry run of cluster "lab" on 3 hosts (apply pipeline, 6 phases)
+  1. Connect to hosts: ran, reads only
+  3. Gather host facts: ran, reads only
+  7. Acquire exclusive host lock: would act on 3 of 3 hosts
+       all 3 hosts  would run on this host
+  8. Prepare hosts: would act on 2 of 3 hosts
+       ctrl-2    set vm.swappiness=0
+       ctrl-2    write /etc/environment
+       worker-1  write /etc/sysctl.d/99-cargoship.conf
+       (nothing to do on 1 other host)
+     phases 9-29 are not in this build
+ 30. Release exclusive host lock: unassessed on 3 of 3 hosts
+       all 3 hosts  unassessed: reads lock, which Acquire exclusive host lock would create
+ 31. Disconnect from hosts: own dry run
+       all 3 hosts  close the SSH session
+Work is pending: 2 phases would act, 1 unassessed. Nothing was changed.
+Note: phases 9-29 are not in this build; this report covers only the phases above.
+]]
+
+local GOLDEN_FAILED = [[
+Apply of cluster "lab" on 3 hosts (a pipeline, 3 phases)
+  1. Acquire exclusive host lock: ran
+  2. Validate hosts: FAILED on 2 of 3 hosts
+       ctrl-1    error: hostname is not unique
+       worker-1  error: no sudo
+  3. Install: skipped (not reached)
+Cleanup after 2. Validate hosts: done
+Cleanup after 1. Acquire exclusive host lock: FAILED: ctrl-2: connection closed
+Apply failed: phase 2 (Validate hosts) failed.
+]]
+
+describe("report text", function()
+  it("renders a dry run in pipeline order, hosts in config order, the same every time", function()
+    local a, b = report.text(dry_run_report()), report.text(dry_run_report())
+    assert.are.equal(GOLDEN_DRY, a)
+    assert.are.equal(a, b)
+  end)
+
+  it("renders a failed real run with the errors per host and the cleanup", function()
+    local calls = {}
+    local ctx = S.ctx { dry_run = false }
+    local rep = S.run(ctx, {
+      S.phase(calls, "lock", { title = "Acquire exclusive host lock",
+        cleanup = function() error("ctrl-2: connection closed", 0) end }),
+      S.phase(calls, "validate", { title = "Validate hosts", cleanup = function() end,
+        run = function(c, hosts)
+          c:fail(hosts[3], "no sudo")
+          c:fail(hosts[1], "hostname is not unique")
+        end }),
+      S.phase(calls, "install", { title = "Install" }),
+    })
+    assert.are.equal(GOLDEN_FAILED, report.text(rep))
+  end)
+
+  it("says a dry run with nothing pending changed nothing and found nothing to do", function()
+    local rep = S.run(S.ctx { dry_run = true }, { S.phase({}, "x", { title = "X", assess = function() end }) })
+    assert.matches("\n  1. X: nothing to do\nNothing to do. Nothing was changed.\n$", report.text(rep))
+  end)
+end)
+
+describe("report JSON", function()
+  local function is_type(t, v, what)
+    assert(type(v) == t or (t == "null" and v == cjson.null), what .. " should be " .. t .. ", is " .. tostring(v))
+  end
+
+  -- The schema of docs/dry-run.md, checked field by field.
+  local function check_schema(doc)
+    assert.are.equal("cargoship.report/v1", doc.schema)
+    for _, k in ipairs({ "dry_run", "ok", "pending", "interrupted" }) do is_type("boolean", doc[k], k) end
+    is_type("string", doc.outcome, "outcome")
+    for _, k in ipairs({ "pipeline", "cluster", "run_id" }) do
+      assert(doc[k] == cjson.null or type(doc[k]) == "string", k .. " should be a string or null")
+    end
+    is_type("number", doc.elapsed, "elapsed")
+    assert(doc.error == cjson.null or type(doc.error) == "string")
+    assert.is_true(({ ok = true, pending = true, failed = true, interrupted = true, not_confirmed = true,
+      declined = true })[doc.outcome])
+    is_type("table", doc.hosts, "hosts")
+    is_type("table", doc.phases, "phases")
+    is_type("table", doc.cleanup, "cleanup")
+    for _, p in ipairs(doc.phases) do
+      for _, k in ipairs({ "index", "number", "elapsed", "probes", "writes" }) do is_type("number", p[k], k) end
+      for _, k in ipairs({ "id", "title", "dry_run_policy", "verdict" }) do is_type("string", p[k], k) end
+      assert.is_true(({ read_only = true, own = true, reported = true })[p.dry_run_policy])
+      assert.is_true(({ ran = true, own = true, would_act = true, nothing_to_do = true, unassessed = true,
+        failed = true, skipped = true, interrupted = true })[p.verdict])
+      for _, h in ipairs(p.hosts) do
+        is_type("string", h.host, "host")
+        is_type("table", h.actions, "actions")
+        for _, a in ipairs(h.actions) do is_type("string", a, "action") end
+        assert(h.reason == cjson.null or type(h.reason) == "string")
+        assert(h.error == cjson.null or type(h.error) == "string")
+        is_type("number", h.probes, "probes")
+        is_type("number", h.writes, "writes")
+      end
+    end
+  end
+
+  it("is one line of JSON that parses and follows the documented schema", function()
+    local text = report.json(dry_run_report())
+    assert.are.equal(1, select(2, text:gsub("\n", "")))
+    local doc = cjson.decode(text)
+    check_schema(doc)
+    assert.is_true(doc.dry_run)
+    assert.are.equal("pending", doc.outcome)
+    assert.are.same({ "ctrl-1", "ctrl-2", "worker-1" }, doc.hosts)
+    assert.are.same({ first = 9, last = 29, text = "phases 9-29 are not in this build" }, doc.not_in_build)
+    assert.are.equal(cjson.null, doc.plan)
+    local gather = doc.phases[2]
+    assert.are.same({ 2, 3, "gather_facts", "read_only", "ran" },
+      { gather.index, gather.number, gather.id, gather.dry_run_policy, gather.verdict })
+    assert.are.same({ host = "ctrl-2", actions = {}, reason = cjson.null, error = cjson.null, probes = 1,
+      writes = 0 }, gather.hosts[2])
+    assert.are.same({ "set vm.swappiness=0", "write /etc/environment" }, doc.phases[4].hosts[2].actions)
+    assert.are.equal("reads lock, which Acquire exclusive host lock would create", doc.phases[5].hosts[1].reason)
+  end)
+
+  it("embeds the plan in a real run's report, also when it stopped before it began", function()
+    local plan = dry_run_report()
+    local doc = cjson.decode(report.json(report.stopped(plan, "not_confirmed", "not a terminal")))
+    check_schema(doc)
+    check_schema(doc.plan)
+    assert.is_false(doc.dry_run)
+    assert.are.equal("not_confirmed", doc.outcome)
+    assert.are.equal("skipped", doc.phases[1].verdict)
+    assert.are.equal("pending", doc.plan.outcome)
+  end)
+end)
+
+describe("exit codes", function()
+  local E = cli.EXIT
+  for _, case in ipairs({
+    { true, "ok", E.ok }, { true, "pending", E.pending }, { true, "failed", E.failure },
+    { true, "interrupted", E.interrupted },
+    { false, "ok", E.ok }, { false, "failed", E.failure }, { false, "interrupted", E.interrupted },
+    { false, "not_confirmed", E.failure }, { false, "declined", E.failure },
+  }) do
+    it(string.format("%s %s -> %d", case[1] and "dry run" or "real run", case[2], case[3]), function()
+      assert.are.equal(case[3], report.exit_code({ dry_run = case[1], outcome = case[2] }, E))
+    end)
+  end
+end)

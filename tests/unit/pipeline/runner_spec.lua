@@ -1,0 +1,475 @@
+-- Specs of cargoship.pipeline.runner with fake phases over real Host objects and fake connections.
+local loop = require "cargoship.loop"
+local runner = require "cargoship.pipeline.runner"
+local report = require "cargoship.pipeline.report"
+local cli = require "cargoship.cli"
+local S = require "unit.pipeline.support"
+
+local function names(hosts)
+  local out = {}
+  for i, h in ipairs(hosts) do out[i] = h.name end
+  return out
+end
+
+describe("runner, dry run", function()
+  local calls
+  before_each(function() calls = {} end)
+
+  it("reports a phase that declares nothing with the actions its assess gives per host", function()
+    local ctx = S.ctx { dry_run = true }
+    local phase = S.phase(calls, "prep", {
+      assess = function(_, h)
+        calls[#calls + 1] = "prep:assess:" .. h.name
+        if h.role == "worker" then return { { action = "set vm.max_map_count" }, "write /etc/environment" } end
+        return nil
+      end,
+    })
+    local rep = S.run(ctx, { phase })
+    local p = rep.phases[1]
+    assert.are.equal("would_act", p.verdict)
+    assert.are.equal("reported", p.dry_run_policy)
+    assert.are.same({ "set vm.max_map_count", "write /etc/environment" }, S.host_of(p, "worker-1").actions)
+    assert.are.same({}, S.host_of(p, "ctrl-1").actions)
+    assert.are.same({ "ctrl-1", "ctrl-2", "worker-1" }, { p.hosts[1].host, p.hosts[2].host, p.hosts[3].host })
+    for _, c in ipairs(calls) do assert.is_nil(c:match(":run:"), "a reported phase ran: " .. c) end
+    assert.are.equal("pending", rep.outcome)
+    assert.is_true(rep.pending)
+    assert.is_true(rep.ok)
+    assert.are.equal(cli.EXIT.pending, report.exit_code(rep, cli.EXIT))
+  end)
+
+  it("reports nothing to do when assess finds the work done everywhere", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, { S.phase(calls, "done", { assess = function() return {} end }) })
+    assert.are.equal("nothing_to_do", rep.phases[1].verdict)
+    assert.are.equal("ok", rep.outcome)
+    assert.is_false(rep.pending)
+    assert.are.equal(cli.EXIT.ok, report.exit_code(rep, cli.EXIT))
+  end)
+
+  it("says a reported phase without assess would run on every prepared host", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, { S.phase(calls, "lock", {
+      prepare = function(c) return { c.hosts[1], c.hosts[3] } end,
+    }) })
+    local p = rep.phases[1]
+    assert.are.equal("would_act", p.verdict)
+    assert.are.same({ "ctrl-1", "worker-1" }, { p.hosts[1].host, p.hosts[2].host })
+    assert.are.same({ runner.WOULD_RUN }, p.hosts[1].actions)
+    assert.are.same({}, calls)
+  end)
+
+  it("runs a read_only phase, counting its round trips per host", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, { S.phase(calls, "facts", {
+      dry_run = "read_only",
+      run = function(c, hosts)
+        calls[#calls + 1] = "facts:run:" .. table.concat(names(hosts), ",")
+        return c:each(hosts, function(h)
+          h.facts.hostname = h:probe("hostname")
+          h:probes { arch = "uname -m", kernel = "uname -r" }
+          return true
+        end)
+      end,
+    }) })
+    local p = rep.phases[1]
+    assert.are.equal("ran", p.verdict)
+    assert.are.same({ "facts:run:ctrl-1,ctrl-2,worker-1" }, calls)
+    assert.are.equal(2, S.host_of(p, "ctrl-2").probes)
+    assert.are.equal(0, S.host_of(p, "ctrl-2").writes)
+    assert.are.equal(6, p.probes)
+    assert.is_true(p.elapsed >= 0)
+    assert.are.equal("ok", rep.outcome)
+  end)
+
+  it("runs a phase's own dry-run path instead of its run", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, { S.phase(calls, "disconnect", {
+      dry_run = function(_, hosts)
+        local out = {}
+        for i, h in ipairs(hosts) do out[i] = { host = h, actions = { "close the SSH session" } } end
+        out[#out + 1] = { host = "ctrl-1", actions = { { action = "remove 2 leftover temp files" } } }
+        return out
+      end,
+      cleanup = function() calls[#calls + 1] = "disconnect:cleanup" end,
+    }) })
+    local p = rep.phases[1]
+    assert.are.equal("own", p.verdict)
+    assert.are.equal("own", p.dry_run_policy)
+    assert.are.same({ "close the SSH session", "remove 2 leftover temp files" }, S.host_of(p, "ctrl-1").actions)
+    assert.are.same({}, calls)
+    assert.are.equal("ok", rep.outcome, "an own dry run did its work: nothing is pending")
+  end)
+
+  it("leaves unassessed, per host, a phase reading what an earlier reported phase would create", function()
+    local ctx = S.ctx { dry_run = true }
+    local stage = S.phase(calls, "stage", {
+      title = "Upload files to hosts", creates = { "staged_files" },
+      assess = function(_, h) if h.name == "ctrl-2" then return { "upload engine.tar" } end end,
+    })
+    local install = S.phase(calls, "install", {
+      title = "Install staged files", reads = { "facts", "staged_files" },
+      assess = function(_, h)
+        calls[#calls + 1] = "install:assess:" .. h.name
+        return { "move engine into place" }
+      end,
+    })
+    local after = S.phase(calls, "after", { reads = { "staged_files" }, assess = function() return {} end })
+    local rep = S.run(ctx, { stage, install, after })
+    local p = rep.phases[2]
+    assert.are.equal("would_act", p.verdict)
+    assert.are.equal("reads staged_files, which Upload files to hosts would create", S.host_of(p, "ctrl-2").reason)
+    assert.are.same({}, S.host_of(p, "ctrl-2").actions)
+    assert.are.same({ "move engine into place" }, S.host_of(p, "ctrl-1").actions)
+    table.sort(calls)
+    assert.are.same({ "install:assess:ctrl-1", "install:assess:worker-1" }, calls)
+    -- the first reported phase with pending work is the one named, however many follow
+    local q = rep.phases[3]
+    assert.are.equal("unassessed", q.verdict)
+    assert.are.equal("reads staged_files, which Upload files to hosts would create", S.host_of(q, "ctrl-2").reason)
+    assert.is_nil(S.host_of(q, "ctrl-1").reason)
+    assert.are.equal("pending", rep.outcome)
+  end)
+
+  it("a phase unassessed on every host is unassessed, and propagates what it creates", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, {
+      S.phase(calls, "a", { title = "Initialize Controller", creates = { "engine_running" } }),
+      S.phase(calls, "b", { reads = { "engine_running" }, creates = { "manifests" },
+        assess = function() error("must not be called") end }),
+      S.phase(calls, "c", { reads = { "manifests" }, assess = function() error("must not be called") end }),
+    })
+    assert.are.equal("unassessed", rep.phases[2].verdict)
+    assert.are.equal("unassessed", rep.phases[3].verdict)
+    assert.are.equal("reads manifests, which Phase b would create", rep.phases[3].hosts[1].reason)
+    assert.are.equal(cli.EXIT.pending, report.exit_code(rep, cli.EXIT))
+  end)
+
+  it("fails the dry run when a read_only phase writes, naming the refusal", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, {
+      S.phase(calls, "sneaky", {
+        dry_run = "read_only",
+        run = function(c, hosts)
+          return c:each(hosts, function(h)
+            if h.name == "ctrl-2" then assert(h:write_file("/etc/hosts", "x")) end
+            return true
+          end)
+        end,
+      }),
+      S.phase(calls, "later", { assess = function() calls[#calls + 1] = "later:assess" end }),
+    })
+    local p = rep.phases[1]
+    assert.are.equal("failed", p.verdict)
+    assert.are.equal("dry run: refused to write /etc/hosts", S.host_of(p, "ctrl-2").error)
+    assert.is_nil(S.host_of(p, "ctrl-1").error)
+    assert.are.equal("skipped", rep.phases[2].verdict)
+    assert.are.same({}, calls)
+    assert.are.equal("failed", rep.outcome)
+    assert.are.equal(cli.EXIT.failure, report.exit_code(rep, cli.EXIT))
+    local logged = ctx.log_stream.text()
+    assert.matches("ctrl%-2%s+| error: ctrl%-2: dry run: refused to write /etc/hosts", logged)
+    assert.are.equal(1, select(2, logged:gsub("refused to write", "")), "the refusal is logged once")
+  end)
+
+  it("fails the dry run even when the phase swallows the refusal", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, { S.phase(calls, "swallow", {
+      dry_run = "read_only",
+      run = function(c)
+        pcall(c.hosts[1].run, c.hosts[1], "systemctl restart engine")
+      end,
+    }) })
+    assert.are.equal("failed", rep.phases[1].verdict)
+    assert.are.equal("dry run: refused to run: systemctl restart engine", rep.phases[1].hosts[1].error)
+  end)
+
+  it("fails the dry run when assess writes", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, { S.phase(calls, "bad", {
+      assess = function(_, h) h:remove("/tmp/x") end,
+    }) })
+    assert.are.equal("failed", rep.phases[1].verdict)
+    assert.are.equal("dry run: refused to remove /tmp/x", rep.phases[1].hosts[1].error)
+  end)
+
+  it("takes no host lock: the lock phase is only reported", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, { S.phase(calls, "acquire_lock", { creates = { "lock" } }) })
+    assert.are.equal("would_act", rep.phases[1].verdict)
+    assert.are.same({}, calls)
+    for _, h in ipairs(ctx.hosts) do assert.are.equal(0, h.writes_sent) end
+  end)
+end)
+
+describe("runner, real run", function()
+  local calls
+  before_each(function() calls = {} end)
+
+  it("assesses, then runs only on the hosts with work, and skips a phase with none", function()
+    local ctx = S.ctx { dry_run = false }
+    local rep = S.run(ctx, {
+      S.phase(calls, "a", { assess = function(_, h) if h.role == "worker" then return { "x" } end end }),
+      S.phase(calls, "b", { assess = function() return {} end }),
+      S.phase(calls, "c"),
+    })
+    assert.are.same({ "a:run:worker-1", "c:run:ctrl-1,ctrl-2,worker-1" }, calls)
+    assert.are.same({ "ran", "nothing_to_do", "ran" },
+      { rep.phases[1].verdict, rep.phases[2].verdict, rep.phases[3].verdict })
+    assert.are.equal("ok", rep.outcome)
+    assert.is_false(rep.pending)
+    assert.are.equal(cli.EXIT.ok, report.exit_code(rep, cli.EXIT))
+  end)
+
+  it("fails a phase when a host fails, cleans up the started phases in reverse, skips the rest", function()
+    local ctx = S.ctx { dry_run = false }
+    local function cleanup(id) return function() calls[#calls + 1] = id .. ":cleanup" end end
+    local rep = S.run(ctx, {
+      S.phase(calls, "one", { cleanup = cleanup("one") }),
+      S.phase(calls, "two", { cleanup = cleanup("two") }),
+      S.phase(calls, "idle", { assess = function() end, cleanup = cleanup("idle") }),
+      S.phase(calls, "three", {
+        cleanup = cleanup("three"),
+        run = function(c, hosts)
+          return c:each(hosts, function(h)
+            if h.name == "ctrl-2" then return nil, "ctrl-2: engine: exit 1" end
+            if h.name == "worker-1" then error("worker-1: disk full", 0) end
+            return true
+          end)
+        end,
+      }),
+      S.phase(calls, "four", { cleanup = cleanup("four") }),
+    })
+    assert.are.same({ "one:run:ctrl-1,ctrl-2,worker-1", "two:run:ctrl-1,ctrl-2,worker-1",
+      "three:cleanup", "two:cleanup", "one:cleanup" }, calls)
+    local p = rep.phases[4]
+    assert.are.equal("failed", p.verdict)
+    assert.are.equal("engine: exit 1", S.host_of(p, "ctrl-2").error)
+    assert.are.equal("disk full", S.host_of(p, "worker-1").error)
+    assert.is_nil(S.host_of(p, "ctrl-1").error)
+    assert.are.equal("skipped", rep.phases[5].verdict)
+    assert.are.same({ "three", "two", "one" }, { rep.cleanup[1].id, rep.cleanup[2].id, rep.cleanup[3].id })
+    assert.are.equal("failed", rep.outcome)
+    assert.are.equal("phase 4 (Phase three) failed", rep.error)
+    assert.are.equal(cli.EXIT.failure, report.exit_code(rep, cli.EXIT))
+    -- every failure logged once, on its host's line
+    local logged = ctx.log_stream.text()
+    local _, n = logged:gsub("engine: exit 1", "")
+    assert.are.equal(1, n)
+    assert.matches("worker%-1 | error: worker%-1: disk full", logged)
+  end)
+
+  it("fails a phase on ctx:fail although its run returns normally", function()
+    local ctx = S.ctx { dry_run = false }
+    local rep = S.run(ctx, { S.phase(calls, "validate", {
+      run = function(c, hosts)
+        c:fail(hosts[2], "hostname ctrl-2 is not unique")
+      end,
+    }) })
+    assert.are.equal("failed", rep.phases[1].verdict)
+    assert.are.equal("hostname ctrl-2 is not unique", S.host_of(rep.phases[1], "ctrl-2").error)
+  end)
+
+  it("fails a phase that returns an error object, or an empty failure list", function()
+    local rep = S.run(S.ctx(), { S.phase({}, "a", { run = function() return nil, { err = "boom", code = "io" } end }) })
+    assert.are.equal("boom", rep.phases[1].error)
+    rep = S.run(S.ctx(), { S.phase({}, "a", { run = function() return nil, {} end }) })
+    assert.are.equal("failed", rep.phases[1].verdict)
+    assert.are.equal("failed, naming no host and no reason", rep.phases[1].error)
+  end)
+
+  it("fails a phase on a phase-wide error", function()
+    local ctx = S.ctx { dry_run = false }
+    local rep = S.run(ctx, {
+      S.phase(calls, "a", { run = function() return nil, "no controller in the cluster" end }),
+      S.phase(calls, "b", { prepare = function() error("prepare broke", 0) end }),
+    })
+    assert.are.equal("no controller in the cluster", rep.phases[1].error)
+    assert.are.equal("failed", rep.phases[1].verdict)
+    rep = S.run(S.ctx(), { S.phase(calls, "b", { prepare = function() error("prepare broke", 0) end }) })
+    assert.are.equal("prepare broke", rep.phases[1].error)
+  end)
+
+  it("runs at most ctx.options.concurrency hosts at once", function()
+    local hosts = {}
+    for i = 1, 12 do hosts[i] = { name = "h" .. i, role = "worker" } end
+    local ctx = S.ctx { hosts = hosts, concurrency = 4 }
+    local inside, most = 0, 0
+    local rep = S.run(ctx, { S.phase(calls, "p", {
+      run = function(c, list)
+        return c:each(list, function()
+          inside = inside + 1
+          most = math.max(most, inside)
+          loop.sleep(0.002)
+          inside = inside - 1
+          return true
+        end)
+      end,
+    }) })
+    assert.are.equal("ran", rep.phases[1].verdict)
+    assert.are.equal(4, most)
+  end)
+
+  it("gives up after the deadline, as a failure, and cleans up", function()
+    local ctx = S.ctx { dry_run = false }
+    local rep = S.run(ctx, {
+      S.phase(calls, "lock", { cleanup = function(c)
+        assert(c:each(c.hosts, function(h) return h:check("rm -f /var/lib/cargoship/lock") end))
+        calls[#calls + 1] = "lock:cleanup"
+      end }),
+      S.phase(calls, "slow", { run = function() loop.sleep(30) end }),
+    }, { deadline = loop.now() + 0.05, timeout = 0.05 })
+    assert.are.equal("failed", rep.phases[2].verdict)
+    assert.matches("gave up: the run took longer than %-%-timeout", rep.error)
+    assert.are.same({ "lock:run:ctrl-1,ctrl-2,worker-1", "lock:cleanup" }, calls)
+    assert.are.equal(cli.EXIT.failure, report.exit_code(rep, cli.EXIT))
+  end)
+end)
+
+describe("runner, cancellation", function()
+  local calls
+  before_each(function() calls = {} end)
+
+  -- The lock phase's cleanup reaches every host over the (fake) connections, so it waits.
+  local function phases(c)
+    return {
+      S.phase(c, "lock", { cleanup = function(ctx)
+        assert(ctx:each(ctx.hosts, function(h) return h:check("rm -f /var/lib/cargoship/lock") end))
+        c[#c + 1] = "lock:cleanup"
+      end }),
+      S.phase(c, "long", {
+        run = function(ctx, hosts)
+          return ctx:each(hosts, function(h) h:run("sleep 600") return true end)
+        end,
+        cleanup = function() c[#c + 1] = "long:cleanup" end,
+      }),
+      S.phase(c, "never"),
+    }
+  end
+
+  it("runs the cleanup of the phases that ran when everything is cancelled (Ctrl-C)", function()
+    local ctx = S.ctx { conn = { delay = 0.01 } }
+    -- the slow command only: make "sleep 600" really long
+    for _, h in ipairs(ctx.hosts) do
+      local exec = h.conn.exec
+      h.conn.exec = function(self, cmd, o)
+        if cmd:find("sleep 600", 1, true) then loop.sleep(600) end
+        return exec(self, cmd, o)
+      end
+    end
+    local returned, late
+    local ok = loop.run(function()
+      loop.spawn(function()
+        returned = runner.run(ctx, phases(calls), { on_late_report = function(r) late = r end })
+      end)
+      loop.sleep(0.05)
+      loop.cancel_all() -- what SIGINT does
+    end)
+    assert.is_true(ok)
+    assert.are.same({ "lock:run:ctrl-1,ctrl-2,worker-1", "long:cleanup", "lock:cleanup" }, calls)
+    assert.are.equal(returned, late)
+    assert.is_true(late.final)
+    assert.are.equal("interrupted", late.outcome)
+    assert.are.equal("interrupted", late.phases[2].verdict)
+    assert.are.equal("skipped", late.phases[3].verdict)
+    assert.are.same({ "long", "lock" }, { late.cleanup[1].id, late.cleanup[2].id })
+    assert.is_true(late.cleanup[2].ok)
+    assert.are.equal(cli.EXIT.interrupted, report.exit_code(late, cli.EXIT))
+    for _, h in ipairs(ctx.hosts) do
+      assert.are.equal("rm -f /var/lib/cargoship/lock", h.conn.calls[#h.conn.calls].cmd:match("rm %-f [^'\"]+"))
+    end
+  end)
+
+  it("runs the cleanup when the loop's main task is the one running the pipeline (the CLI's case)", function()
+    local ctx = S.ctx()
+    for _, h in ipairs(ctx.hosts) do
+      local exec = h.conn.exec
+      h.conn.exec = function(self, cmd, o)
+        if cmd:find("sleep 600", 1, true) then loop.sleep(600) end
+        return exec(self, cmd, o)
+      end
+    end
+    local late
+    local ok, returned = loop.run(function()
+      loop.spawn(function()
+        loop.sleep(0.02)
+        loop.cancel_all()
+      end)
+      return runner.run(ctx, phases(calls), { on_late_report = function(r) late = r end })
+    end)
+    assert.is_true(ok)
+    assert.is_false(returned.final == nil)
+    assert.are.same({ "lock:run:ctrl-1,ctrl-2,worker-1", "long:cleanup", "lock:cleanup" }, calls)
+    assert.are.equal("interrupted", late.outcome)
+    assert.is_true(late.cleanup[2].ok)
+  end)
+
+  it("runs the cleanup when only the caller's task is cancelled, before the caller's task ends", function()
+    local ctx = S.ctx()
+    for _, h in ipairs(ctx.hosts) do
+      local exec = h.conn.exec
+      h.conn.exec = function(self, cmd, o)
+        if cmd:find("sleep 600", 1, true) then loop.sleep(600) end
+        return exec(self, cmd, o)
+      end
+    end
+    local late
+    loop.run(function()
+      local t = loop.spawn(function()
+        return runner.run(ctx, phases(calls), { on_late_report = function(r) late = r end })
+      end)
+      loop.sleep(0.02)
+      t:cancel()
+      t:join()
+      assert.are.same({ "lock:run:ctrl-1,ctrl-2,worker-1", "long:cleanup", "lock:cleanup" }, calls)
+      assert.are.equal("interrupted", late.outcome)
+    end)
+    assert.is_not_nil(late)
+  end)
+end)
+
+describe("runner, contract", function()
+  it("refuses a pipeline with a malformed phase before any phase runs", function()
+    local calls = {}
+    local good = S.phase(calls, "good", { prepare = function(c) calls[#calls + 1] = "prepare" return c.hosts end })
+    local bad = S.phase(calls, "bad", { dry_run = "yes", assess = "no", reads = { 1 } })
+    local ctx = S.ctx { dry_run = true }
+    local ok, err = pcall(S.run, ctx, { good, bad })
+    assert.is_false(ok)
+    assert.matches("pipeline refused before it ran", err)
+    assert.matches('phase 2 %(bad%): `dry_run` must be "read_only", a function', err)
+    assert.matches("phase 2 %(bad%): `assess` must be a function, not a string", err)
+    assert.are.same({}, calls)
+    for _, h in ipairs(ctx.hosts) do assert.are.same({}, h.conn.calls) end
+  end)
+end)
+
+describe("runner.load", function()
+  after_each(function()
+    package.loaded["fake.phase.one"], package.loaded["fake.phase.bad"] = nil, nil
+  end)
+
+  it("lists every phase module missing from the build", function()
+    package.loaded["fake.phase.one"] = { id = "one", title = "One", run = function() end }
+    local phases, err, detail = runner.load { name = "demo",
+      phases = { "fake.phase.one", "fake.phase.two", "fake.phase.three" } }
+    assert.is_nil(phases)
+    assert.are.equal("the demo pipeline needs phase modules this build does not have yet: "
+      .. "fake.phase.two, fake.phase.three", err)
+    assert.are.same({ "fake.phase.two", "fake.phase.three" }, detail.missing)
+  end)
+
+  it("names the module of a phase that breaks the contract", function()
+    package.loaded["fake.phase.bad"] = { id = "Bad", title = "Bad", run = function() end, Cleanup = function() end }
+    local phases, err = runner.load { name = "demo", phases = { "fake.phase.bad" } }
+    assert.is_nil(phases)
+    assert.matches("fake.phase.bad: phase 1 %(Bad%): `id` must be a snake_case string", err)
+    assert.matches("`Cleanup` is not a phase field; did you mean `cleanup`%?", err)
+  end)
+
+  it("loads the phases in order", function()
+    package.loaded["fake.phase.one"] = { id = "one", title = "One", run = function() end }
+    local phases = assert(runner.load { name = "demo", phases = { "fake.phase.one" } })
+    assert.are.equal("one", phases[1].id)
+  end)
+end)

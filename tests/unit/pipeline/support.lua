@@ -1,0 +1,108 @@
+-- tests/unit/pipeline/support.lua: fake hosts, fake phases and a one-call runner for the pipeline specs.
+local context = require "cargoship.pipeline.context"
+local log = require "cargoship.log"
+local loop = require "cargoship.loop"
+local runner = require "cargoship.pipeline.runner"
+
+local M = {}
+
+function M.capture()
+  local buf = {}
+  return {
+    write = function(self, ...)
+      for _, s in ipairs({ ... }) do buf[#buf + 1] = tostring(s) end
+      return self
+    end,
+    text = function() return table.concat(buf) end,
+  }
+end
+
+-- A connection that answers every command from `answers` (cmd pattern -> stdout) or with
+-- "" and exit 0, recording what it was asked. exec may sleep (delay) to let tasks interleave.
+function M.fake_conn(o)
+  o = o or {}
+  local conn = { calls = {} }
+  function conn.exec(_, cmd, opts)
+    conn.calls[#conn.calls + 1] = { op = "exec", cmd = cmd, opts = opts }
+    if o.delay then loop.sleep(o.delay) end
+    for pattern, out in pairs(o.answers or {}) do
+      if cmd:find(pattern, 1, true) then return out, "", 0 end
+    end
+    return "", "", 0
+  end
+  function conn.check(_, cmd, opts)
+    conn.calls[#conn.calls + 1] = { op = "check", cmd = cmd, opts = opts }
+    if o.delay then loop.sleep(o.delay) end
+    return ""
+  end
+  function conn.upload(_, src, dst)
+    conn.calls[#conn.calls + 1] = { op = "upload", src = src, dst = dst }
+    return { skipped = false, bytes = 0 }
+  end
+  return conn
+end
+
+M.HOSTS = {
+  { name = "ctrl-1", role = "controller" },
+  { name = "ctrl-2", role = "controller" },
+  { name = "worker-1", role = "worker" },
+}
+
+-- A cluster of `names` (default M.HOSTS), as config.load would give it (only what Host reads).
+function M.cluster(hosts)
+  local list = {}
+  for i, h in ipairs(hosts or M.HOSTS) do
+    list[i] = { index = i, name = h.name, role = h.role,
+      connection = { kind = "ssh", address = "10.0.0." .. i, port = 22, user = "root" } }
+  end
+  return { name = "lab", hosts = list }
+end
+
+-- A context over real Host objects with fake connections attached.
+-- o = {dry_run =, concurrency =, hosts =, conn = {fake_conn options}, log_stream =}
+function M.ctx(o)
+  o = o or {}
+  local stream = o.log_stream or M.capture()
+  local logger = log.new { level = "debug", stream = stream }
+  local ctx = context.new { cluster = M.cluster(o.hosts), options = { concurrency = o.concurrency or 30 },
+    log = logger, dry_run = o.dry_run, run_id = "run-1" }
+  for _, h in ipairs(ctx.hosts) do h:attach(M.fake_conn(o.conn)) end
+  ctx.log_stream = stream
+  return ctx
+end
+
+-- A phase table with every call recorded in `calls` (a shared list of "id:fn[:host]").
+-- fields override the defaults (id, title, run that does nothing).
+function M.phase(calls, id, fields)
+  local p = { id = id, title = "Phase " .. id }
+  p.run = function(_, hosts)
+    local names = {}
+    for i, h in ipairs(hosts) do names[i] = h.name end
+    calls[#calls + 1] = id .. ":run:" .. table.concat(names, ",")
+  end
+  for k, v in pairs(fields or {}) do p[k] = v end
+  return p
+end
+
+-- runner.run inside a fresh loop; -> report (raises what the runner raised)
+function M.run(ctx, phases, opts)
+  local ok, rep = loop.run(function() return runner.run(ctx, phases, opts) end)
+  if not ok then error(rep, 0) end
+  return rep
+end
+
+-- The report's phase entry by id.
+function M.phase_of(rep, id)
+  for _, p in ipairs(rep.phases) do
+    if p.id == id then return p end
+  end
+end
+
+-- A phase entry's host entry by name.
+function M.host_of(entry, name)
+  for _, h in ipairs(entry.hosts) do
+    if h.host == name then return h end
+  end
+end
+
+return M
