@@ -1,0 +1,15 @@
+-- distros.rke2: the RKE2 engine configurer (engines.md §1): binaries, services, kubeconfig and version format.
+local engine = require "distros.engine"
+
+return engine.define {
+  name = "rke2",
+  binary = "rke2",
+  -- tarball installs to /usr/local/bin, the RPM to /usr/bin
+  binary_paths = { "/usr/local/bin/rke2", "/usr/bin/rke2" },
+  version_prefix = "rke2 version",   -- "rke2 version v1.35.4+rke2r1 (<commit>)"
+  services = { controller = "rke2-server", worker = "rke2-agent" },
+  kubeconfig = "/etc/rancher/rke2/rke2.yaml",
+  kubectl_words = { "/var/lib/rancher/rke2/bin/kubectl" },
+  data_dir = "/var/lib/rancher/rke2",
+  config_path = "/etc/rancher/rke2/config.yaml",
+}

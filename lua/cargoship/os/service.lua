@@ -1,0 +1,126 @@
+-- cargoship.os.service: service-manager command builders (systemd, runit, openrc) and how to tell which one runs.
+--
+-- A manager is a table of builders: manager.command(verb, name) -> shell command.
+-- Verbs: is_active (exit status 0 when running), start, stop, restart, enable, disable,
+-- logs (the recent log, for error messages), reload (the manager rereads its unit files).
+local shell = require "cargoship.shell"
+
+local M = {}
+
+M.VERBS = { is_active = true, start = true, stop = true, restart = true, enable = true,
+            disable = true, logs = true, reload = true }
+
+local systemd = { name = "systemd" }
+local SYSTEMD = {
+  is_active = "systemctl is-active --quiet %s",
+  start = "systemctl start %s",
+  stop = "systemctl stop %s",
+  restart = "systemctl restart %s",
+  enable = "systemctl enable %s",
+  disable = "systemctl disable %s",
+  logs = "journalctl --no-pager -n 50 -u %s",
+}
+function systemd.command(verb, name)
+  if verb == "reload" then return "systemctl daemon-reload" end
+  return shell.fmt(SYSTEMD[verb], name)
+end
+
+-- runit names services by their directory under the scanned service dir; `sv` takes the
+-- full path so the command does not depend on SVDIR, which differs between distributions.
+local function runit(service_dir)
+  local dir = service_dir or "/etc/service"
+  local r = { name = "runit", service_dir = dir }
+  function r.command(verb, name)
+    local path = dir .. "/" .. name
+    if verb == "is_active" then
+      -- `sv status` exits 0 for a stopped service too; only "run:" means running
+      return shell.fmt("sv status %s 2>/dev/null | grep -q '^run:'", path)
+    elseif verb == "start" then return shell.fmt("sv up %s", path)
+    elseif verb == "stop" then return shell.fmt("sv down %s", path)
+    elseif verb == "restart" then return shell.fmt("sv restart %s", path)
+    elseif verb == "enable" then return shell.fmt("ln -sfn %s %s", "/etc/sv/" .. name, path)
+    elseif verb == "disable" then return shell.fmt("rm -f -- %s", path)
+    elseif verb == "logs" then return shell.fmt("tail -n 50 %s", "/var/log/" .. name .. "/current")
+    elseif verb == "reload" then return "true" -- runsvdir rescans its directory every 5 s
+    end
+  end
+  return r
+end
+
+local openrc = { name = "openrc" }
+local OPENRC = {
+  is_active = "rc-service %s status >/dev/null 2>&1",
+  start = "rc-service %s start",
+  stop = "rc-service %s stop",
+  restart = "rc-service %s restart",
+  enable = "rc-update add %s default",
+  disable = "rc-update del %s default",
+  logs = "tail -n 50 /var/log/messages",
+}
+function openrc.command(verb, name)
+  if verb == "reload" then return "true" end
+  if verb == "logs" then return OPENRC.logs end
+  return shell.fmt(OPENRC[verb], name)
+end
+
+-- M.manager(name, {service_dir}) -> manager | nil
+function M.manager(name, o)
+  if name == "systemd" then return systemd end
+  if name == "runit" then return runit(o and o.service_dir) end
+  if name == "openrc" then return openrc end
+  return nil
+end
+
+-- The probe that collects what detect() needs, as key=value lines. Constant text, so
+-- nothing in it needs quoting. Tools are looked up in the usual directories, not PATH:
+-- a non-root login on Debian has no /usr/sbin in its PATH.
+M.PROBE = [[
+printf 'comm=%s\n' "$(cat /proc/1/comm 2>/dev/null)"
+printf 'cmdline=%s\n' "$(tr '\000' ' ' </proc/1/cmdline 2>/dev/null)"
+[ -d /run/systemd/system ] && echo systemd_booted=yes
+for c in systemctl sv rc-service; do
+  for d in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
+    if [ -x "$d/$c" ]; then echo "has=$c"; break; fi
+  done
+done
+for d in /etc/service /var/service /service; do [ -d "$d" ] && echo "service_dir=$d"; done
+true]]
+
+-- Parses PROBE's output -> {comm, cmdline, systemd_booted, has = {tool = true}, service_dirs = {..}}
+function M.parse(out)
+  local s = { has = {}, service_dirs = {} }
+  for line in (out or ""):gmatch("[^\n]+") do
+    local k, v = line:match("^([%w_]+)=(.*)$")
+    if k == "has" then s.has[v] = true
+    elseif k == "service_dir" then s.service_dirs[#s.service_dirs + 1] = v
+    elseif k == "systemd_booted" then s.systemd_booted = true
+    elseif k then s[k] = v:gsub("%s+$", "") end
+  end
+  return s
+end
+
+-- M.detect(signals) -> "systemd"|"runit"|"openrc"|nil, service_dir|nil, why
+-- /run/systemd/system is systemd's own "booted with systemd" test (sd_booted); an
+-- installed systemctl alone proves nothing (Debian ships it on runit hosts too).
+function M.detect(s)
+  local comm = s.comm or ""
+  if s.systemd_booted or comm == "systemd" then
+    return "systemd", nil, "systemd is PID 1"
+  end
+  if comm == "runit" or comm == "runsvdir" then
+    -- runsvdir as PID 1 names its directory: "runsvdir -P /etc/service log: ..."
+    local dir = (s.cmdline or ""):match("^%S*runsvdir%s+%-P%s+(/%S+)")
+      or (s.cmdline or ""):match("^%S*runsvdir%s+(/%S+)")
+    return "runit", dir or s.service_dirs[1], comm .. " is PID 1"
+  end
+  if s.has["rc-service"] and (comm == "init" or comm == "openrc-init") then
+    return "openrc", nil, "rc-service present and " .. comm .. " is PID 1"
+  end
+  if s.has.sv and s.service_dirs[1] then
+    return "runit", s.service_dirs[1], "sv present with " .. s.service_dirs[1]
+  end
+  return nil, nil, string.format("PID 1 is %q and none of systemd, runit or openrc was found",
+    comm ~= "" and comm or "unknown")
+end
+
+return M

@@ -1,0 +1,73 @@
+-- Specs for reading a distro.yaml's type, version and architectures (distros.package).
+local package_reader = require "distros.package"
+
+local dir
+
+local function write(name, text)
+  local path = dir .. "/" .. name
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+local HEAD = "apiVersion: zarf.dev/v1alpha1\nkind: ZarfDistro\n"
+
+describe("distros.package.read", function()
+  setup(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+  end)
+  teardown(function()
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("reads type, version and the built architectures", function()
+    local p = write("built.yaml", HEAD .. [[
+metadata: {name: demo-rke2, version: 1.35.4-rke2r1, architecture: amd64}
+build: {architectures: [amd64, arm64], version: 1.35.4-rke2r1}
+spec:
+  type: rke2
+  version: 1.35.4-rke2r1
+  config: {}
+]])
+    assert.same({ type = "rke2", version = "1.35.4-rke2r1", architectures = { "amd64", "arm64" },
+                  name = "demo-rke2", file = p }, package_reader.read(p))
+  end)
+
+  it("falls back to metadata.architectures, metadata.architecture, then amd64", function()
+    local p = write("multi.yaml", HEAD .. "metadata: {name: m, architectures: [arm64, riscv64]}\n"
+      .. "spec: {type: k3s, version: 1.35.2-k3s1, config: {}}\n")
+    assert.same({ "arm64", "riscv64" }, package_reader.read(p).architectures)
+    p = write("single.yaml", HEAD .. "metadata: {name: s, architecture: arm64}\n"
+      .. "spec: {type: upstream, version: 1.35.3, config: {}}\n")
+    assert.same({ "arm64" }, package_reader.read(p).architectures)
+    p = write("none.yaml", HEAD .. "metadata: {name: n}\nspec: {type: upstream, version: 1.35.3, config: {}}\n")
+    assert.same({ "amd64" }, package_reader.read(p).architectures)
+  end)
+
+  it("finds distro.yaml in a package directory and skips other documents", function()
+    os.execute("mkdir -p " .. dir .. "/pkg")
+    write("pkg/distro.yaml", "kind: Other\n---\n" .. HEAD .. "metadata: {name: d}\n"
+      .. "spec: {type: k3s, version: 1.35.2-k3s1, config: {}}\n")
+    local d = package_reader.read(dir .. "/pkg")
+    assert.equal("k3s", d.type)
+    assert.equal(dir .. "/pkg/distro.yaml", d.file)
+  end)
+
+  it("refuses an unknown type, a missing version and a file with no ZarfDistro", function()
+    local d, why = package_reader.read(write("bad-type.yaml", HEAD .. "spec: {type: microk8s, version: 1.35.3}\n"))
+    assert.is_nil(d)
+    assert.matches("spec.type must be one of rke2, k3s, upstream, got microk8s", why, 1, true)
+    d, why = package_reader.read(write("bad-version.yaml", HEAD .. "spec: {type: rke2}\n"))
+    assert.is_nil(d)
+    assert.matches("spec.version must be a version", why, 1, true)
+    d, why = package_reader.read(write("cluster.yaml", "kind: ZarfCluster\n"))
+    assert.is_nil(d)
+    assert.matches("no document with kind: ZarfDistro", why, 1, true)
+    d, why = package_reader.read(dir .. "/missing.yaml")
+    assert.is_nil(d)
+    assert.is_string(why)
+  end)
+end)

@@ -1,0 +1,67 @@
+-- Specs for "Connect to hosts": one session per host through the run's transport; unsupported kinds fail plainly.
+local phase = require "cargoship.phases.connect"
+local support = require "unit.phases.support"
+
+local function fake_transport(refuse)
+  local t = { calls = {} }
+  function t.connect(_, c, name)
+    t.calls[#t.calls + 1] = name
+    if refuse and refuse[name] then return nil, name .. ": " .. refuse[name], "auth" end
+    return { name = name, address = c.address }
+  end
+  return t
+end
+
+local function host(name, connection)
+  return support.host({ name = name, connection = connection or { kind = "ssh", address = name, user = "root" } })
+end
+
+describe("phase connect", function()
+  it("connects every host through one transport and attaches the sessions", function()
+    local t = fake_transport()
+    local hosts = { host("10.0.0.1"), host("10.0.0.2") }
+    local ctx = support.ctx(hosts, { transport = t })
+    assert.is_true(phase.run(ctx, phase.prepare(ctx)))
+    assert.same({ "10.0.0.1", "10.0.0.2" }, t.calls)
+    assert.equal("10.0.0.2", hosts[2].conn.address)
+    assert.equal(t, ctx.transport)
+    -- a second run reuses the sessions
+    assert.is_true(phase.run(ctx, ctx.hosts))
+    assert.equal(2, #t.calls)
+  end)
+
+  it("fails openSSH and localhost hosts saying this transport cannot open them", function()
+    local t = fake_transport()
+    local hosts = { host("a", { kind = "openssh", address = "a.example" }), host("b", { kind = "localhost" }),
+                    host("c") }
+    local ctx = support.ctx(hosts, { transport = t })
+    local ok, failures = phase.run(ctx, ctx.hosts)
+    assert.is_nil(ok)
+    assert.equal(2, #failures)
+    assert.matches("^a: openSSH connections are not supported yet", failures[1].err)
+    assert.matches("^b: localhost: true is not supported yet", failures[2].err)
+    assert.same({ "c" }, t.calls)
+  end)
+
+  it("fails the hosts the transport cannot reach, with its message", function()
+    local ctx = support.ctx({ host("a"), host("b") },
+      { transport = fake_transport({ b = "auth: no keyPath given, no ssh-agent" }) })
+    local ok, failures = phase.run(ctx, ctx.hosts)
+    assert.is_nil(ok)
+    assert.equal("b: auth: no keyPath given, no ssh-agent", failures[1].err)
+    assert.is_not_nil(ctx.hosts[1].conn)
+  end)
+
+  it("creates the transport from the run's options when none exists", function()
+    local dir = os.tmpname()
+    local kh = dir .. ".known_hosts"
+    local f = assert(io.open(kh, "w"))
+    f:close()
+    local ctx = support.ctx({}, { options = { known_hosts = kh, host_key_policy = "strict" } })
+    assert.is_true(phase.run(ctx, {}))
+    assert.is_not_nil(ctx.transport)
+    assert.equal("strict", ctx.transport.policy)
+    os.remove(kh)
+    os.remove(dir)
+  end)
+end)

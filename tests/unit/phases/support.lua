@@ -1,0 +1,117 @@
+-- Shared helpers for the phase specs: real dry-run Host objects over fake connections that answer from fixtures.
+--
+-- A fake connection answers host:probes batches key by key from `answers` (a string is
+-- stdout with exit 0, {out =, code =} both, a function(cmd) -> out, code) and any other
+-- command through answers[1] (a function(cmd, opts) -> out, err, code). Unknown probe keys
+-- answer exit 127 with no output, as a missing tool would. Every command is recorded.
+-- The hosts are dry-run hosts, so a phase that tries to write raises.
+local host_mod = require "cargoship.host"
+local log_mod = require "cargoship.log"
+
+local M = {}
+
+local SRC = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
+
+function M.fixture(name)
+  local f = assert(io.open(SRC .. "/tests/fixtures/" .. name, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function unquote(s)
+  return (s:gsub("^'(.*)'$", "%1"):gsub("'\\''", "'"))
+end
+
+local function answer(a, cmd)
+  if a == nil then return "", 127 end
+  if type(a) == "string" then return a, 0 end
+  if type(a) == "function" then
+    local out, code = a(cmd)
+    return out or "", code or 0
+  end
+  return a.out or "", a.code or 0
+end
+
+-- M.conn(answers, {user = "root", sudo_error = msg}) -> fake connection
+function M.conn(answers, o)
+  o = o or {}
+  local c = { commands = {}, user = o.user or "root", root = (o.user or "root") == "root" }
+  function c.exec(_, cmd, opts)
+    c.commands[#c.commands + 1] = { cmd = cmd, sudo = opts and opts.sudo }
+    if opts and opts.sudo and o.sudo_error then return nil, o.sudo_error, "auth" end
+    if cmd:find("\\036cs-begin", 1, true) then
+      local parts = {}
+      for key, body in cmd:gmatch("printf '\\036cs%-begin:%%s\\n' ('[^\n]-')\n%( (.-)\n%) 2>/dev/null\n") do
+        key = unquote(key)
+        local out, code = answer(answers[key], body)
+        parts[#parts + 1] = "\30cs-begin:" .. key .. "\n" .. out .. "\30cs-end:" .. key .. ":" .. code .. "\n"
+      end
+      return table.concat(parts), "", 0
+    end
+    if answers[1] then return answers[1](cmd, opts) end
+    return "", "", 0
+  end
+  function c.check() error("fake connection: check is a write", 2) end
+  function c.upload() error("fake connection: upload is a write", 2) end
+  return c
+end
+
+-- A logger whose lines land in `lines` (plain text, no colour).
+function M.logger()
+  local lines = {}
+  local stream = { write = function(self, ...)
+    for _, s in ipairs({ ... }) do lines[#lines + 1] = s end
+    return self
+  end }
+  local log = log_mod.new { level = "debug", stream = stream }
+  return log, function() return table.concat(lines) end
+end
+
+-- M.host(cfg, answers, conn_opts) -> dry-run Host attached to a fake connection.
+-- cfg: a normalized host entry; name, role and connection get defaults.
+function M.host(cfg, answers, conn_opts, log)
+  cfg.role = cfg.role or "controller"
+  cfg.connection = cfg.connection or { kind = "ssh", address = cfg.address or "192.0.2.10", user = "root", port = 22 }
+  cfg.name = cfg.name or cfg.connection.address
+  cfg.engine = cfg.engine or { labels = {}, taints = {} }
+  cfg.host = cfg.host or { ports = {}, policy = {}, firewall = { rules = {} } }
+  local h = host_mod.new { config = cfg, dry_run = true }
+  h.log = (log or M.logger()):for_host(h.name)
+  if answers then h:attach(M.conn(answers, conn_opts)) end
+  return h
+end
+
+-- A context with the runner's fields and a sequential each with its contract.
+function M.ctx(hosts, o)
+  o = o or {}
+  local log, text = M.logger()
+  for _, h in ipairs(hosts) do h.log = log:for_host(h.name) end
+  local ctx = {
+    cluster = o.cluster or { hosts = {}, profiles = {} },
+    hosts = hosts, options = o.options or {}, dry_run = true, log = log, state = o.state or {},
+    distro = o.distro, transport = o.transport, clock = o.clock,
+  }
+  function ctx.each(_, list, fn)
+    local failures, values = {}, {}
+    for _, h in ipairs(list) do
+      local ok, r, err = pcall(fn, h)
+      if not ok then failures[#failures + 1] = { host = h, err = tostring(r) }
+      elseif r == nil and err ~= nil then failures[#failures + 1] = { host = h, err = err }
+      else values[h] = r end
+    end
+    if #failures > 0 then return nil, failures, values end
+    return true, values
+  end
+  return ctx, text
+end
+
+-- The error texts of a failure list (or a single message), in order.
+function M.errors(err)
+  if type(err) ~= "table" then return { err } end
+  local out = {}
+  for i, f in ipairs(err) do out[i] = (f.host and f.host.name .. ": " or "") .. tostring(f.err) end
+  return out
+end
+
+return M
