@@ -59,6 +59,19 @@ M.options = {
     help = "go on although the cluster holds nodes the cluster file does not list" },
   { long = "values", value = "FILE", check = args.checks.nonempty, multiple = true,
     help = "override the distro package's values from FILE; later files win" },
+  { long = "distro", value = "PACKAGE", check = args.checks.nonempty,
+    help = "the distro package (its distro.yaml or directory): engine, version and architectures "
+      .. "that install/upgrade/downgrade are judged against" },
+  { long = "allow-downgrade", help = "go on although a host runs a newer engine than the distro package" },
+  { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
+    help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts; a host's "
+      .. "UserKnownHostsFile ssh option wins)" },
+  { long = "host-key-policy", value = "POLICY", check = { "strict", "accept-new", "off" }, default = "strict",
+    help = "strict: unknown or changed host keys fail the host; accept-new: learn unknown keys" },
+  { long = "ssh-timeout", value = "DURATION", check = args.checks.duration, default = 30,
+    help = "per host: give up connecting after DURATION" },
+  { long = "max-clock-skew", value = "DURATION", check = args.checks.duration, default = 30,
+    help = "fail hosts whose clock is further than DURATION from the median host clock" },
 }
 M.arguments = { { name = "CLUSTER" } }
 M.keeps_log = true
@@ -83,6 +96,13 @@ function M.apply_options(ctx, a)
     allow_unmanaged_nodes = o.allow_unmanaged_nodes,
     values = o.values,
     log_file = ctx.log:file_path(),
+    distro = o.distro,
+    allow_downgrade = o.allow_downgrade,
+    known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
+    host_key_policy = o.host_key_policy,
+    ssh_timeout = o.ssh_timeout,
+    max_clock_skew = o.max_clock_skew,
+    passphrase = function() return ctx.env("CARGOSHIP_SSH_PASSPHRASE") end,
   }
 end
 
@@ -93,6 +113,7 @@ local function pass(ctx, cluster, o, phases, dry_run, deadline, late)
   local loop = require "cargoship.loop"
   local pctx = context.new { cluster = cluster, options = o, log = ctx.log, dry_run = dry_run, now = ctx.now,
     env = ctx.env }
+  pctx.distro = o.distro_package
   local prog = progress.new { stream = ctx.stderr, tty = ctx.isatty and ctx.isatty.stderr,
     enabled = ctx.log:enabled("info"), logger = ctx.log, now = loop.now }
   local rep = runner.run(pctx, phases, { pipeline = M.pipeline, progress = prog, deadline = deadline,
@@ -220,6 +241,17 @@ function M.run(ctx, a)
     end
   end
   ctx.log:verbose("%s is valid", path)
+  if apply_options.distro then
+    -- the package is read before any host is touched: a bad one must stop the run here
+    local pkg, perr = require("distros.package").read(apply_options.distro)
+    if not pkg then
+      ctx.stderr:write("cargoship apply: --distro: ", tostring(perr), "\n")
+      return ctx.exit.failure
+    end
+    apply_options.distro_package = pkg
+    ctx.log:verbose("distro package %s: %s %s for %s", apply_options.distro, pkg.type, pkg.version,
+      table.concat(pkg.architectures or {}, ","))
+  end
   return run_pipeline(ctx, cluster, apply_options)
 end
 

@@ -11,7 +11,7 @@ local M = {}
 
 local quote, join, describe = errors.quote, errors.join, errors.describe
 
-local HOST_FIELDS = { "role", "profile", "hostname", "privateAddress", "privateInterface",
+local HOST_FIELDS = { "role", "profile", "hostname", "privateAddress", "privateInterface", "os",
   "environment", "files", "engine", "host", "ssh", "openSSH", "localhost", "winRM" }
 local SSH_FIELDS = { "address", "user", "port", "keyPath", "options", "bastion" }
 local OPENSSH_FIELDS = { "address", "user", "port", "keyPath", "configPath", "options",
@@ -260,6 +260,14 @@ local function decode_host(ctx, h, hpath, profiles)
     pi = nil
   end
   host.private_interface = pi
+  -- cargoship's own addition: names the OS configurer when /etc/os-release is unknown or wrong
+  local os_id = check.string(ctx, h, "os", hpath, { nonempty = true })
+  if os_id and not os_id:match("^[a-z][a-z0-9._-]*$") then
+    ctx.errs:at_value(h, "os", join(hpath, "os"),
+      "expected an OS configurer or os-release ID such as \"rocky\" or \"ubuntu\", got " .. describe(os_id))
+    os_id = nil
+  end
+  host.os = os_id
   return host
 end
 

@@ -15,7 +15,7 @@
 --       tls = nil | {ca, ca_file, cert_file, key_file, insecure_skip_verify}}
 --   cluster.values = the mapping as parsed ({} when absent; yaml.null kept)
 --   cluster.hosts[i] = {index = i, name, role = "controller"|"worker", profile, hostname,
---       private_address, private_interface,
+--       private_address, private_interface, os (configurer override),
 --       environment = {KEY = "value"}, files = {{name, src, data, dst, dst_dir, perm = "0644",
 --       mode = 420, user, group}},
 --       engine = <engine>, host = <hostcfg>,

@@ -56,7 +56,7 @@ function M.run(ctx, hosts)
     if not cfg then return nil, host.name .. ": " .. facts end
     host.os = cfg
     for k, v in pairs(facts) do host.facts[k] = v end
-    host.log:info("%s (kernel %s, %s), configurer %s by %s", facts.os.pretty_name,
+    host.log:verbose("%s (kernel %s, %s), configurer %s by %s", facts.os.pretty_name,
       facts.kernel or "?", facts.arch or "?", cfg:lineage(), how)
     if facts.service_manager then
       host.log:verbose("service manager %s: %s", facts.service_manager, facts.service_manager_why)

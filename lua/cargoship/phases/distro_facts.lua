@@ -120,10 +120,10 @@ function M.run(ctx, hosts)
     host.facts.engine = fact
     for _, w in ipairs(why) do host.log:warn("%s", w) end
     if fact.type then
-      host.log:info("%s %s, %s %s%s", fact.type, fact.version or "not installed", fact.service,
+      host.log:verbose("%s %s, %s %s%s", fact.type, fact.version or "not installed", fact.service,
         fact.running and "running" or "not running", fact.action and ("; " .. fact.action) or "")
     else
-      host.log:info("no engine installed")
+      host.log:verbose("no engine installed")
     end
     return true
   end)

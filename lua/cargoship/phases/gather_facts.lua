@@ -93,7 +93,7 @@ function M.run(ctx, hosts)
     else fw.backend, fw.backend_why = firewall.choose(nil, fw) end
     for k, v in pairs(f) do host.facts[k] = v end
     host.config = config.merge_profile(ctx.cluster or {}, host.config_declared)
-    host.log:info("hostname %s, node name %s, private address %s on %s", f.hostname, f.node_name,
+    host.log:verbose("hostname %s, node name %s, private address %s on %s", f.hostname, f.node_name,
       f.private_address, f.private_interface)
     for _, r in ipairs(f.private_reasons) do host.log:verbose("%s", r) end
     host.log:verbose("firewall: %s", fw.backend_why)

@@ -256,6 +256,8 @@ describe("hosts", function()
     { "privateAddress is an IP address", host_doc(SSH .. "privateAddress: 10.0.0.0/8"),
       'spec.hosts[0].privateAddress: expected an IPv4 or IPv6 address, got string "10.0.0.0/8"',
       host_doc(SSH .. "privateAddress: fd00::1") },
+    { "os names a configurer or os-release ID", host_doc(SSH .. "os: Rocky Linux"),
+      "spec.hosts[0].os: expected an OS configurer or os-release ID", host_doc(SSH .. "os: almalinux") },
     { "privateInterface is an interface name", host_doc(SSH
       .. "privateInterface: a-very-long-interface-name"),
       "spec.hosts[0].privateInterface: expected a network interface name", host_doc(SSH
