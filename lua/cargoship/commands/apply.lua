@@ -102,7 +102,6 @@ function M.apply_options(ctx, a)
     host_key_policy = o.host_key_policy,
     ssh_timeout = o.ssh_timeout,
     max_clock_skew = o.max_clock_skew,
-    passphrase = function() return ctx.env("CARGOSHIP_SSH_PASSPHRASE") end,
   }
 end
 

@@ -33,7 +33,8 @@ local function transport_for(ctx)
     known_hosts = o.known_hosts,
     host_key_policy = o.host_key_policy,
     timeout = o.ssh_timeout,
-    passphrase = o.passphrase,
+    -- an encrypted key's passphrase comes from the environment, never from a file or flag
+    passphrase = o.passphrase or function() return ctx.env and ctx.env("CARGOSHIP_SSH_PASSPHRASE") end,
     keepalive = o.keepalive,
   })
   if not ok then return nil, "cannot set up SSH: " .. tostring(t) end

@@ -23,7 +23,8 @@ local function parsed(argv)
 end
 
 local function ctx_with_log(path)
-  return { log = { file_path = function() return path end } }
+  return { log = { file_path = function() return path end },
+    env = function(name) return ({ HOME = "/home/op" })[name] end }
 end
 
 describe("apply", function()
@@ -49,6 +50,8 @@ describe("apply", function()
       cluster_file = "c.yaml", dry_run = true, confirm = true, concurrency = 5, output = "json",
       timeout = 90, update_firewall = true, update_hosts = true, allow_unmanaged_nodes = true,
       values = { "a.yaml", "b.yaml" }, log_file = "/tmp/run.log",
+      known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
+      max_clock_skew = 30, allow_downgrade = false,
     }, apply.apply_options(ctx_with_log("/tmp/run.log"), a))
   end)
 
@@ -56,7 +59,21 @@ describe("apply", function()
     assert.are.same({
       cluster_file = "c.yaml", dry_run = false, confirm = false, concurrency = 30, output = "text",
       update_firewall = false, update_hosts = false, allow_unmanaged_nodes = false, values = {},
+      known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
+      max_clock_skew = 30, allow_downgrade = false,
     }, apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml" })))
+  end)
+
+  it("takes the SSH and distro flags", function()
+    local o = apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml", "--known-hosts", "/kh",
+      "--host-key-policy", "accept-new", "--ssh-timeout", "5s", "--max-clock-skew", "2m",
+      "--distro", "pkg/", "--allow-downgrade" }))
+    assert.are.equal("/kh", o.known_hosts)
+    assert.are.equal("accept-new", o.host_key_policy)
+    assert.are.equal(5, o.ssh_timeout)
+    assert.are.equal(120, o.max_clock_skew)
+    assert.are.equal("pkg/", o.distro)
+    assert.is_true(o.allow_downgrade)
   end)
 
   it("accepts the long spellings of -F and -H", function()
