@@ -7,8 +7,8 @@ M.usage = [[
 Usage: cargoship version
        cargoship --version
 
-Prints "cargoship <version>", then the Lua version and, once this build's runtime
-carries the ssh family, the libssh2 version it was linked with.]]
+Prints "cargoship <version>", the Lua version, the libssh2 version it was linked with,
+and where its Lua files were found (the installed share/cargoship, else the source tree).]]
 M.options = {}
 M.arguments = {}
 
@@ -31,6 +31,8 @@ function M.run(ctx, _args)
   ctx.stdout:write(_VERSION, "\n")
   local ssh = libssh2_version()
   if ssh then ctx.stdout:write("libssh2 ", ssh, "\n") end
+  local root = require("cargoship.build").root
+  if root then ctx.stdout:write("lua files: ", root, "\n") end
   return ctx.exit.ok
 end
 

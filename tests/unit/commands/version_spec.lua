@@ -23,7 +23,7 @@ describe("version", function()
   it("adds libssh2's version when the runtime reports it", function()
     with_ssh({ version = function() return "1.11.0" end }, function()
       local _, out = support.run({ "version" })
-      assert.matches("\nlibssh2 1.11.0\n$", out)
+      assert.matches("\nlibssh2 1.11.0\nlua files: [^\n]+\n$", out)
     end)
   end)
 
