@@ -47,6 +47,9 @@ int cs_waitq_wake_one(lua_State *L, cs_waitq *q);
 /* Raises the cancellation error of the running task (after the caller has cleaned up). */
 int cs_raise_cancelled(lua_State *L);
 
+/* Adds loop.semaphore(n) to the table at -1 (sem.c).  [-0, +0, m] */
+void cs_sem_register(lua_State *L);
+
 /* True when the running task is in its destructors (waits then ignore cancellation). */
 int cs_in_cleanup(lua_State *L);
 

@@ -1,5 +1,5 @@
 /* loop.c - the one event loop: tasks as coroutines, timers, poll(), cancellation, signals. */
-#include "cs.h"
+#include "loop_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,58 +11,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define TASK_MT "cargoship.task"
-#define LOOP_MT "cargoship.loop"
-#define SEM_MT "cargoship.semaphore"
-#define NO_HEAP SIZE_MAX
-
-enum { T_READY, T_RUNNING, T_WAITING, T_DONE };
-
-typedef struct cs_loop cs_loop;
-
-struct cs_task {
-  cs_loop *loop;
-  lua_State *co;
-  int co_ref;            /* registry: the thread, while the task lives */
-  int self_ref;          /* registry: this userdata, while the task lives */
-  long id;
-  int state;
-  /* what it waits for */
-  int fd;
-  short events, revents;
-  double deadline;
-  size_t heap_idx;
-  cs_waitq *q;           /* queue it sits in, if any */
-  cs_task *qnext, *qprev;
-  cs_task *fdnext, *fdprev; /* list of tasks waiting on a fd */
-  cs_task *rnext;        /* ready list */
-  cs_task *anext, *aprev; /* all live tasks */
-  int wake;              /* CS_WAKE_* to hand to the continuation */
-  int cancelled, cleanup;
-  /* outcome */
-  int ok;
-  const char *code;      /* NULL, "error", "cancelled" */
-  cs_waitq joiners;
-};
-
-struct cs_loop {
-  int running;
-  long next_id;
-  cs_task *current;
-  cs_task *main;         /* the task loop.run started; its end cancels the others */
-  cs_task *ready_head, *ready_tail;
-  cs_task *fd_head;
-  cs_task *all_head;
-  size_t live;
-  cs_task **heap;
-  size_t heap_len, heap_cap;
-  struct pollfd *pfds;
-  cs_task **pfd_task;
-  size_t pfd_cap;
-  int sigpipe[2];
-  int interrupted;
-};
 
 /* ---- clock ------------------------------------------------------------------------ */
 
@@ -77,7 +25,7 @@ double cs_now(void) {
 static const char LOOP_KEY = 'L';
 
 /* The loop of this Lua state, created on first use.  [-0, +0, m] */
-static cs_loop *get_loop(lua_State *L) {
+cs_loop *cs_loop_get(lua_State *L) {
   cs_loop *lp;
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &LOOP_KEY) == LUA_TUSERDATA) {
     lp = lua_touserdata(L, -1);
@@ -94,7 +42,7 @@ static cs_loop *get_loop(lua_State *L) {
   return lp;
 }
 
-static int l_loop_gc(lua_State *L) {
+int cs_loop_gc(lua_State *L) {
   cs_loop *lp = luaL_checkudata(L, 1, LOOP_MT);
   free(lp->heap);
   free(lp->pfds);
@@ -204,21 +152,21 @@ static void make_ready(cs_loop *lp, cs_task *t, int wake) {
 }
 
 void cs_waitq_wake(lua_State *L, cs_waitq *q) {
-  cs_loop *lp = get_loop(L);
+  cs_loop *lp = cs_loop_get(L);
   while (q->head) make_ready(lp, q->head, CS_WAKE_READY);
 }
 
 int cs_waitq_wake_one(lua_State *L, cs_waitq *q) {
   if (!q->head) return 0;
-  make_ready(get_loop(L), q->head, CS_WAKE_READY);
+  make_ready(cs_loop_get(L), q->head, CS_WAKE_READY);
   return 1;
 }
 
 /* ---- waiting ---------------------------------------------------------------------- */
 
 /* The task running in L, or raises: waits make sense only inside the loop's tasks. */
-static cs_task *running_task(lua_State *L) {
-  cs_loop *lp = get_loop(L);
+cs_task *cs_loop_running_task(lua_State *L) {
+  cs_loop *lp = cs_loop_get(L);
   if (!lp->running || !lp->current || lp->current->co != L)
     luaL_error(L, "cargoship: cannot wait outside a task of the running loop");
   return lp->current;
@@ -226,7 +174,7 @@ static cs_task *running_task(lua_State *L) {
 
 int cs_wait(lua_State *L, int fd, short events, cs_waitq *q, double deadline,
             lua_KContext ctx, lua_KFunction k) {
-  cs_task *t = running_task(L);
+  cs_task *t = cs_loop_running_task(L);
   cs_loop *lp = t->loop;
   t->state = T_WAITING;
   t->deadline = deadline;
@@ -250,12 +198,12 @@ int cs_wait(lua_State *L, int fd, short events, cs_waitq *q, double deadline,
 }
 
 int cs_wake_status(lua_State *L) {
-  cs_task *t = running_task(L);
+  cs_task *t = cs_loop_running_task(L);
   return t->wake;
 }
 
 int cs_in_cleanup(lua_State *L) {
-  cs_loop *lp = get_loop(L);
+  cs_loop *lp = cs_loop_get(L);
   return lp->current && lp->current->co == L && lp->current->cleanup;
 }
 
@@ -266,12 +214,10 @@ int cs_raise_cancelled(lua_State *L) {
 
 /* ---- tasks -------------------------------------------------------------------------- */
 
-static cs_task *check_task(lua_State *L, int idx) {
+cs_task *cs_loop_check_task(lua_State *L, int idx) {
   return luaL_checkudata(L, idx, TASK_MT);
 }
 
-/* Uservalue slots of a task: 1 = results table, 2 = destructors (a list). */
-enum { UV_RESULTS = 1, UV_DEFERS = 2 };
 
 static int task_finish_k(lua_State *co, int status, lua_KContext ctx);
 
@@ -329,7 +275,7 @@ static int task_main(lua_State *co) {
 }
 
 /* Creates a task running fn(args...) from stack [fn, args...] above `base`; pushes it. */
-static cs_task *spawn(lua_State *L, cs_loop *lp, int fnidx) {
+cs_task *cs_loop_spawn(lua_State *L, cs_loop *lp, int fnidx) {
   int top = lua_gettop(L);
   luaL_checktype(L, fnidx, LUA_TFUNCTION);
   cs_task *t = lua_newuserdatauv(L, sizeof *t, 2);
@@ -359,7 +305,6 @@ static cs_task *spawn(lua_State *L, cs_loop *lp, int fnidx) {
   return t;
 }
 
-static void cancel_all(cs_loop *lp);
 
 static void task_done(lua_State *L, cs_loop *lp, cs_task *t) {
   t->state = T_DONE;
@@ -369,7 +314,7 @@ static void task_done(lua_State *L, cs_loop *lp, cs_task *t) {
   cs_waitq_wake(L, &t->joiners);
   if (t == lp->main) {
     lp->main = NULL;
-    cancel_all(lp);
+    cs_loop_cancel_all(lp);
   }
   luaL_unref(L, LUA_REGISTRYINDEX, t->co_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, t->self_ref);
@@ -431,7 +376,7 @@ static void on_signal(int signo) {
   errno = saved;
 }
 
-static int signals_install(cs_loop *lp, struct sigaction old[2]) {
+int cs_loop_signals_install(cs_loop *lp, struct sigaction old[2]) {
   if (pipe2(lp->sigpipe, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -444,7 +389,7 @@ static int signals_install(cs_loop *lp, struct sigaction old[2]) {
   return 0;
 }
 
-static void signals_restore(cs_loop *lp, struct sigaction old[2]) {
+void cs_loop_signals_restore(cs_loop *lp, struct sigaction old[2]) {
   sigaction(SIGINT, &old[0], NULL);
   sigaction(SIGTERM, &old[1], NULL);
   sig_fd = -1;
@@ -455,14 +400,14 @@ static void signals_restore(cs_loop *lp, struct sigaction old[2]) {
 
 /* Cancels t: a waiting task resumes at once with CS_WAKE_CANCELLED; a task in its
  * destructors is left to finish them. */
-static void cancel_task(cs_loop *lp, cs_task *t) {
+void cs_loop_cancel_task(cs_loop *lp, cs_task *t) {
   if (t->state == T_DONE) return;
   t->cancelled = 1;
   if (t->state == T_WAITING && !t->cleanup) make_ready(lp, t, CS_WAKE_CANCELLED);
 }
 
-static void cancel_all(cs_loop *lp) {
-  for (cs_task *t = lp->all_head; t; t = t->anext) cancel_task(lp, t);
+void cs_loop_cancel_all(cs_loop *lp) {
+  for (cs_task *t = lp->all_head; t; t = t->anext) cs_loop_cancel_task(lp, t);
 }
 
 /* ---- one turn: poll fds and timers, wake what is due -------------------------------- */
@@ -500,7 +445,7 @@ static int poll_once(lua_State *L, cs_loop *lp) {
       unsigned char b;
       while (read(lp->sigpipe[0], &b, 1) == 1) {
         if (!lp->interrupted) lp->interrupted = b;
-        cancel_all(lp);
+        cs_loop_cancel_all(lp);
       }
     }
     for (size_t i = 1; i < n; i++) {
@@ -517,7 +462,7 @@ static int poll_once(lua_State *L, cs_loop *lp) {
 }
 
 /* Runs until every task has ended. */
-static void run_all(lua_State *L, cs_loop *lp) {
+void cs_loop_run_all(lua_State *L, cs_loop *lp) {
   while (lp->live > 0) {
     /* resume only what is ready now; tasks made ready meanwhile wait for the next turn */
     cs_task *end = lp->ready_tail;
@@ -542,304 +487,3 @@ static void run_all(lua_State *L, cs_loop *lp) {
   }
 }
 
-/* ---- Lua API ------------------------------------------------------------------------ */
-
-/* Pushes a task's outcome as join reports it: true, results... | false, err, code. */
-static int push_outcome(lua_State *L, cs_task *t, int idx) {
-  lua_getiuservalue(L, idx, UV_RESULTS);
-  int res = lua_gettop(L);
-  lua_getfield(L, res, "n");
-  int n = (int)lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  luaL_checkstack(L, n + 3, "too many results");
-  if (t->ok) {
-    lua_pushboolean(L, 1);
-    for (int i = 1; i <= n; i++) lua_rawgeti(L, res, i);
-    return n + 1;
-  }
-  lua_pushboolean(L, 0);
-  lua_rawgeti(L, res, 1);
-  lua_pushstring(L, t->code ? t->code : "error");
-  return 3;
-}
-
-/* loop.run(fn, ...) -> true, results... | false, err, code */
-static int l_loop_run(lua_State *L) {
-  cs_loop *lp = get_loop(L);
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  if (lp->running) return luaL_error(L, "loop.run: the loop is already running");
-  struct sigaction old[2];
-  if (signals_install(lp, old) != 0) return luaL_error(L, "loop.run: pipe: %s", strerror(errno));
-  lp->running = 1;
-  lp->interrupted = 0;
-  lp->main = spawn(L, lp, 1);
-  int tidx = lua_gettop(L);
-  run_all(L, lp);
-  lp->running = 0;
-  signals_restore(lp, old);
-  return push_outcome(L, check_task(L, tidx), tidx);
-}
-
-/* The main task ending cancels the rest: wrap so run() drains them afterwards. */
-static int l_loop_spawn(lua_State *L) {
-  cs_loop *lp = get_loop(L);
-  if (!lp->running) return luaL_error(L, "loop.spawn: the loop is not running (use loop.run)");
-  spawn(L, lp, 1);
-  return 1;
-}
-
-static int sleep_k(lua_State *L, int status, lua_KContext ctx) {
-  (void)status; (void)ctx;
-  if (cs_wake_status(L) == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* loop.sleep(seconds): yields the task; raises "cancelled" when cancelled. */
-static int l_loop_sleep(lua_State *L) {
-  double s = luaL_checknumber(L, 1);
-  luaL_argcheck(L, s >= 0, 1, "negative duration");
-  return cs_wait(L, -1, 0, NULL, cs_now() + s, 0, sleep_k);
-}
-
-static int wait_fd_k(lua_State *L, int status, lua_KContext ctx) {
-  (void)status; (void)ctx;
-  int w = cs_wake_status(L);
-  if (w == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
-  if (w == CS_WAKE_TIMEOUT) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "wait: timed out");
-    lua_pushliteral(L, "timeout");
-    return 3;
-  }
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* loop.wait_fd(fd, "r"|"w", timeout) -> true | nil, msg, "timeout" */
-static int l_loop_wait_fd(lua_State *L) {
-  int fd = (int)luaL_checkinteger(L, 1);
-  const char *mode = luaL_checkstring(L, 2);
-  double timeout = luaL_optnumber(L, 3, -1);
-  luaL_argcheck(L, fd >= 0, 1, "bad file descriptor");
-  short ev = strchr(mode, 'w') ? POLLOUT : POLLIN;
-  return cs_wait(L, fd, ev, NULL, timeout >= 0 ? cs_now() + timeout : 0, 0, wait_fd_k);
-}
-
-static int join_k(lua_State *L, int status, lua_KContext ctx) {
-  (void)status; (void)ctx;
-  int w = cs_wake_status(L);
-  cs_task *t = check_task(L, 1);
-  if (w == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
-  if (t->state != T_DONE) {
-    lua_pushboolean(L, 0);
-    lua_pushfstring(L, "join: task %d did not finish in time", (int)t->id);
-    lua_pushliteral(L, "timeout");
-    return 3;
-  }
-  lua_settop(L, 1);
-  return push_outcome(L, t, 1);
-}
-
-/* task:join([timeout]) -> true, results... | false, err, "error"|"cancelled"|"timeout" */
-static int l_task_join(lua_State *L) {
-  cs_task *t = check_task(L, 1);
-  double timeout = luaL_optnumber(L, 2, -1);
-  lua_settop(L, 1);
-  if (t->state == T_DONE) return push_outcome(L, t, 1);
-  cs_task *me = running_task(L);
-  if (me == t) return luaL_error(L, "task:join: a task cannot join itself");
-  return cs_wait(L, -1, 0, &t->joiners, timeout >= 0 ? cs_now() + timeout : 0, 0, join_k);
-}
-
-static int l_task_cancel(lua_State *L) {
-  cs_task *t = check_task(L, 1);
-  cancel_task(t->loop, t);
-  return 0;
-}
-
-static int l_task_status(lua_State *L) {
-  static const char *const names[] = {"ready", "running", "waiting", "done"};
-  cs_task *t = check_task(L, 1);
-  lua_pushstring(L, names[t->state]);
-  return 1;
-}
-
-static int l_task_id(lua_State *L) {
-  lua_pushinteger(L, check_task(L, 1)->id);
-  return 1;
-}
-
-static int l_task_cancelled(lua_State *L) {
-  lua_pushboolean(L, check_task(L, 1)->cancelled);
-  return 1;
-}
-
-static int l_task_tostring(lua_State *L) {
-  lua_pushfstring(L, "task %d", (int)check_task(L, 1)->id);
-  return 1;
-}
-
-/* loop.defer(fn): fn runs when the current task ends, however it ends (LIFO). */
-static int l_loop_defer(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  cs_task *t = running_task(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
-  lua_getiuservalue(L, -1, UV_DEFERS);
-  lua_pushvalue(L, 1);
-  lua_rawseti(L, -2, luaL_len(L, -2) + 1);
-  return 0;
-}
-
-static int l_loop_current(lua_State *L) {
-  cs_loop *lp = get_loop(L);
-  if (!lp->current || lp->current->co != L) return 0;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, lp->current->self_ref);
-  return 1;
-}
-
-static int l_loop_now(lua_State *L) {
-  lua_pushnumber(L, cs_now());
-  return 1;
-}
-
-static int l_loop_cancel_all(lua_State *L) {
-  cancel_all(get_loop(L));
-  return 0;
-}
-
-static int l_loop_interrupted(lua_State *L) {
-  cs_loop *lp = get_loop(L);
-  if (!lp->interrupted) return 0;
-  lua_pushinteger(L, lp->interrupted);
-  return 1;
-}
-
-static int l_loop_running(lua_State *L) {
-  lua_pushboolean(L, get_loop(L)->running);
-  return 1;
-}
-
-/* ---- semaphore: at most N holders; the rest wait FIFO ------------------------------- */
-
-typedef struct {
-  lua_Integer avail;
-  cs_waitq q;
-} cs_sem;
-
-static int sem_acquire_k(lua_State *L, int status, lua_KContext ctx) {
-  (void)status; (void)ctx;
-  cs_sem *s = luaL_checkudata(L, 1, SEM_MT);
-  int w = cs_wake_status(L);
-  if (w == CS_WAKE_CANCELLED) {
-    if (s->avail > 0) cs_waitq_wake_one(L, &s->q);  /* pass on a wake-up meant for us */
-    return cs_raise_cancelled(L);
-  }
-  if (s->avail > 0) {
-    s->avail--;
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  if (w == CS_WAKE_TIMEOUT) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "semaphore: timed out");
-    lua_pushliteral(L, "timeout");
-    return 3;
-  }
-  double deadline = lua_tonumber(L, 2);
-  return cs_wait(L, -1, 0, &s->q, deadline, 0, sem_acquire_k);
-}
-
-/* sem:acquire([timeout]) -> true | nil, msg, "timeout" */
-static int l_sem_acquire(lua_State *L) {
-  cs_sem *s = luaL_checkudata(L, 1, SEM_MT);
-  double timeout = luaL_optnumber(L, 2, -1);
-  if (s->avail > 0 && !s->q.head) {
-    s->avail--;
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  lua_settop(L, 1);
-  lua_pushnumber(L, timeout >= 0 ? cs_now() + timeout : 0);
-  return cs_wait(L, -1, 0, &s->q, lua_tonumber(L, 2), 0, sem_acquire_k);
-}
-
-static int l_sem_release(lua_State *L) {
-  cs_sem *s = luaL_checkudata(L, 1, SEM_MT);
-  s->avail++;
-  cs_waitq_wake_one(L, &s->q);
-  return 0;
-}
-
-static int l_sem_available(lua_State *L) {
-  cs_sem *s = luaL_checkudata(L, 1, SEM_MT);
-  lua_pushinteger(L, s->avail);
-  return 1;
-}
-
-static int l_loop_semaphore(lua_State *L) {
-  lua_Integer n = luaL_checkinteger(L, 1);
-  luaL_argcheck(L, n >= 0, 1, "negative count");
-  cs_sem *s = lua_newuserdatauv(L, sizeof *s, 0);
-  s->avail = n;
-  s->q.head = s->q.tail = NULL;
-  luaL_setmetatable(L, SEM_MT);
-  return 1;
-}
-
-static const luaL_Reg task_methods[] = {
-  {"join", l_task_join},
-  {"cancel", l_task_cancel},
-  {"status", l_task_status},
-  {"id", l_task_id},
-  {"cancelled", l_task_cancelled},
-  {NULL, NULL}
-};
-
-static const luaL_Reg sem_methods[] = {
-  {"acquire", l_sem_acquire},
-  {"release", l_sem_release},
-  {"available", l_sem_available},
-  {NULL, NULL}
-};
-
-static const luaL_Reg loop_funcs[] = {
-  {"run", l_loop_run},
-  {"spawn", l_loop_spawn},
-  {"sleep", l_loop_sleep},
-  {"wait_fd", l_loop_wait_fd},
-  {"defer", l_loop_defer},
-  {"current", l_loop_current},
-  {"now", l_loop_now},
-  {"cancel_all", l_loop_cancel_all},
-  {"interrupted", l_loop_interrupted},
-  {"running", l_loop_running},
-  {"semaphore", l_loop_semaphore},
-  {NULL, NULL}
-};
-
-static void new_class(lua_State *L, const char *name, const luaL_Reg *methods,
-                      lua_CFunction tostring) {
-  luaL_newmetatable(L, name);
-  lua_newtable(L);
-  luaL_setfuncs(L, methods, 0);
-  lua_setfield(L, -2, "__index");
-  if (tostring) {
-    lua_pushcfunction(L, tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
-}
-
-int luaopen_cargoship_loop(lua_State *L) {
-  if (luaL_newmetatable(L, LOOP_MT)) {
-    lua_pushcfunction(L, l_loop_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  new_class(L, TASK_MT, task_methods, l_task_tostring);
-  new_class(L, SEM_MT, sem_methods, NULL);
-  get_loop(L);
-  luaL_newlib(L, loop_funcs);
-  return 1;
-}

@@ -14,124 +14,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* ---- known_hosts ------------------------------------------------------------------- */
-
-typedef struct {
-  LIBSSH2_SESSION *owner;  /* never connected: a collection is tied to the session that made it */
-  LIBSSH2_KNOWNHOSTS *kh;
-  char *path;
-} cs_kh;
-
-static cs_kh *check_kh(lua_State *L, int idx) {
-  cs_kh *k = luaL_checkudata(L, idx, KH_MT);
-  if (!k->kh) luaL_error(L, "known_hosts: object is closed");
-  return k;
-}
-
-/* ssh.known_hosts(path) -> collection | nil, "path: known_hosts: detail", "io"
- * A missing file is an empty collection: under strict checking every host is unknown. */
-static int l_ssh_known_hosts(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
-  cs_kh *k = lua_newuserdatauv(L, sizeof *k, 0);
-  memset(k, 0, sizeof *k);
-  luaL_setmetatable(L, KH_MT);
-  k->owner = libssh2_session_init();
-  if (!k->owner) return luaL_error(L, "known_hosts: out of memory");
-  k->kh = libssh2_knownhost_init(k->owner);
-  k->path = strdup(path);
-  if (!k->kh || !k->path) return luaL_error(L, "known_hosts: out of memory");
-  if (access(path, F_OK) == 0) {
-    if (libssh2_knownhost_readfile(k->kh, path, LIBSSH2_KNOWNHOST_FILE_OPENSSH) < 0) {
-      char *msg;
-      libssh2_session_last_error(k->owner, &msg, NULL, 0);
-      return cs_fail(L, path, "known_hosts", msg, "io");
-    }
-  }
-  return 1;
-}
-
-static int l_kh_gc(lua_State *L) {
-  cs_kh *k = luaL_checkudata(L, 1, KH_MT);
-  if (k->kh) libssh2_knownhost_free(k->kh);
-  if (k->owner) libssh2_session_free(k->owner);
-  free(k->path);
-  k->kh = NULL;
-  k->owner = NULL;
-  k->path = NULL;
-  return 0;
-}
-
-static const struct { int kh_type; const char *method; const char *label; } key_types[] = {
-  {LIBSSH2_KNOWNHOST_KEY_ED25519, "ssh-ed25519", "ED25519"},
-  {LIBSSH2_KNOWNHOST_KEY_ECDSA_256, "ecdsa-sha2-nistp256", "ECDSA"},
-  {LIBSSH2_KNOWNHOST_KEY_ECDSA_384, "ecdsa-sha2-nistp384", "ECDSA"},
-  {LIBSSH2_KNOWNHOST_KEY_ECDSA_521, "ecdsa-sha2-nistp521", "ECDSA"},
-  {LIBSSH2_KNOWNHOST_KEY_SSHRSA, "ssh-rsa", "RSA"},
-};
-#define NKEYTYPES (sizeof key_types / sizeof key_types[0])
-
-/* A dummy key of one type MISMATCHes iff known_hosts holds a key of that type for the
- * host: that is how we learn which types to ask the server for (libssh2 would otherwise
- * prefer ecdsa even when only the host's ed25519 key is known). */
-static void known_types(cs_kh *k, const char *host, int port, char *prefs, size_t len) {
-  prefs[0] = '\0';
-  for (size_t i = 0; i < NKEYTYPES; i++) {
-    int r = libssh2_knownhost_checkp(k->kh, host, port, "x", 1,
-        LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | key_types[i].kh_type, NULL);
-    if (r != LIBSSH2_KNOWNHOST_CHECK_MISMATCH) continue;
-    if (prefs[0]) strncat(prefs, ",", len - strlen(prefs) - 1);
-    strncat(prefs, key_types[i].method, len - strlen(prefs) - 1);
-  }
-}
-
-static int kh_type_of(int hostkey_type) {
-  switch (hostkey_type) {
-    case LIBSSH2_HOSTKEY_TYPE_ED25519: return LIBSSH2_KNOWNHOST_KEY_ED25519;
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_256: return LIBSSH2_KNOWNHOST_KEY_ECDSA_256;
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_384: return LIBSSH2_KNOWNHOST_KEY_ECDSA_384;
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_521: return LIBSSH2_KNOWNHOST_KEY_ECDSA_521;
-    case LIBSSH2_HOSTKEY_TYPE_RSA: return LIBSSH2_KNOWNHOST_KEY_SSHRSA;
-    default: return LIBSSH2_KNOWNHOST_KEY_UNKNOWN;
-  }
-}
-
-static const char *key_label(int kh_type) {
-  for (size_t i = 0; i < NKEYTYPES; i++)
-    if (key_types[i].kh_type == kh_type) return key_types[i].label;
-  return "unknown";
-}
-
-/* "SHA256:<base64 without padding>", as OpenSSH prints fingerprints. */
-static void fingerprint(LIBSSH2_SESSION *s, char *out, size_t len) {
-  const unsigned char *h = (const unsigned char *)libssh2_hostkey_hash(s, LIBSSH2_HOSTKEY_HASH_SHA256);
-  unsigned char b64[64];
-  if (!h) {
-    snprintf(out, len, "SHA256:?");
-    return;
-  }
-  int n = EVP_EncodeBlock(b64, h, 32);
-  while (n > 0 && b64[n - 1] == '=') b64[--n] = '\0';
-  snprintf(out, len, "SHA256:%s", (char *)b64);
-}
-
-/* accept-new: remember the key in memory and append its line to the file. */
-static int kh_learn(cs_kh *k, const char *host, int port, const char *key, size_t klen, int type) {
-  char name[300], line[4096];
-  size_t outlen = 0;
-  struct libssh2_knownhost *entry = NULL;
-  if (port == 22) snprintf(name, sizeof name, "%s", host);
-  else snprintf(name, sizeof name, "[%s]:%d", host, port);
-  if (libssh2_knownhost_addc(k->kh, name, NULL, key, klen, NULL, 0,
-        LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type, &entry) != 0) return -1;
-  if (libssh2_knownhost_writeline(k->kh, entry, line, sizeof line, &outlen,
-        LIBSSH2_KNOWNHOST_FILE_OPENSSH) != 0) return -1;
-  int fd = open(k->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return -1;
-  ssize_t w = write(fd, line, outlen);
-  close(fd);
-  return w == (ssize_t)outlen ? 0 : -1;
-}
-
 /* ---- sessions: bookkeeping ---------------------------------------------------------- */
 
 static LIBSSH2_RECV_FUNC(counting_recv) {
@@ -311,11 +193,11 @@ static int session_start(lua_State *L, cs_ssh *ss) {
   libssh2_session_callback_set(ss->s, LIBSSH2_CALLBACK_RECV, (void *)counting_recv);
   libssh2_session_set_blocking(ss->s, 0);
   lua_getfield(L, 1, "known_hosts");
-  cs_kh *k = lua_isuserdata(L, -1) ? check_kh(L, -1) : NULL;
+  cs_kh *k = lua_isuserdata(L, -1) ? cs_kh_check(L, -1) : NULL;
   lua_pop(L, 1);
   if (k) {
     char prefs[200];
-    known_types(k, opt_str(L, "address"), (int)opt_int(L, "port", 22), prefs, sizeof prefs);
+    cs_kh_known_types(k, opt_str(L, "address"), (int)opt_int(L, "port", 22), prefs, sizeof prefs);
     if (prefs[0]) libssh2_session_method_pref(ss->s, LIBSSH2_METHOD_HOSTKEY, prefs);
   }
   ss->state = SS_HANDSHAKE;
@@ -329,16 +211,16 @@ static int check_hostkey(lua_State *L, cs_ssh *ss) {
   lua_pop(L, 1);
   if (strcmp(pol, "off") == 0) return 0;
   lua_getfield(L, 1, "known_hosts");
-  cs_kh *k = check_kh(L, -1);
+  cs_kh *k = cs_kh_check(L, -1);
   lua_pop(L, 1);
   size_t klen;
   int htype;
   const char *key = libssh2_session_hostkey(ss->s, &klen, &htype);
   const char *addr = opt_str(L, "address");
   int port = (int)opt_int(L, "port", 22);
-  int type = kh_type_of(htype);
+  int type = cs_kh_type_of(htype);
   char fp[80];
-  fingerprint(ss->s, fp, sizeof fp);
+  cs_kh_fingerprint(ss->s, fp, sizeof fp);
   int r = libssh2_knownhost_checkp(k->kh, addr, port, key, klen,
       LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type, NULL);
   if (r == LIBSSH2_KNOWNHOST_CHECK_MATCH) return 0;
@@ -346,16 +228,16 @@ static int check_hostkey(lua_State *L, cs_ssh *ss) {
   if (r == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) {
     lua_pushfstring(L, "%s: host key: the %s key %s does NOT match the one %s holds for %s; "
                     "the host was reinstalled or someone is intercepting the connection",
-                    ss->name, key_label(type), fp, k->path, addr);
+                    ss->name, cs_kh_label(type), fp, k->path, addr);
   } else if (strcmp(pol, "accept-new") == 0) {
     lua_pop(L, 1);
-    if (kh_learn(k, addr, port, key, klen, type) == 0) return 0;
+    if (cs_kh_learn(k, addr, port, key, klen, type) == 0) return 0;
     lua_pushnil(L);
-    lua_pushfstring(L, "%s: host key: cannot add %s %s to %s", ss->name, key_label(type), fp, k->path);
+    lua_pushfstring(L, "%s: host key: cannot add %s %s to %s", ss->name, cs_kh_label(type), fp, k->path);
   } else {
     lua_pushfstring(L, "%s: host key: %s is not in %s (it offered %s %s); check it, then add it "
                     "(ssh-keyscan) or set host_key_policy accept-new", ss->name, addr, k->path,
-                    key_label(type), fp);
+                    cs_kh_label(type), fp);
   }
   lua_pushliteral(L, "hostkey");
   return 3;
@@ -661,13 +543,8 @@ static const luaL_Reg ssh_methods[] = {
   {NULL, NULL}
 };
 
-static const luaL_Reg kh_methods[] = {
-  {NULL, NULL}
-};
-
 static const luaL_Reg ssh_funcs[] = {
   {"connect", l_ssh_connect},
-  {"known_hosts", l_ssh_known_hosts},
   {"version", l_ssh_version},
   {NULL, NULL}
 };
@@ -689,15 +566,7 @@ int luaopen_cargoship_ssh(lua_State *L) {
   lua_pushcfunction(L, l_ssh_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
-  luaL_newmetatable(L, KH_MT);
-  lua_newtable(L);
-  luaL_setfuncs(L, kh_methods, 0);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, l_kh_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, l_kh_gc);
-  lua_setfield(L, -2, "__close");
-  lua_pop(L, 1);
   luaL_newlib(L, ssh_funcs);
+  cs_kh_register(L);
   return 1;
 }

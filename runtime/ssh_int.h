@@ -18,6 +18,26 @@ enum {
   SS_NEW, SS_TCP, SS_HANDSHAKE, SS_AUTH, SS_READY, SS_CLOSING, SS_CLOSED, SS_BROKEN
 };
 
+/* A known_hosts collection (cargoship.ssh_known_hosts). */
+typedef struct {
+  LIBSSH2_SESSION *owner;  /* never connected: a collection is tied to the session that made it */
+  LIBSSH2_KNOWNHOSTS *kh;
+  char *path;
+} cs_kh;
+
+/* Adds ssh.known_hosts(path) -> collection | nil, msg, "io" to the table at -1. */
+void cs_kh_register(lua_State *L);
+/* The collection at idx; raises when closed.  [-0, +0, v] */
+cs_kh *cs_kh_check(lua_State *L, int idx);
+/* Comma list of host-key methods known_hosts holds for host:port, "" when none. */
+void cs_kh_known_types(cs_kh *k, const char *host, int port, char *prefs, size_t len);
+int cs_kh_type_of(int hostkey_type);
+const char *cs_kh_label(int kh_type);
+/* "SHA256:..." of the session's host key, as OpenSSH prints it. */
+void cs_kh_fingerprint(LIBSSH2_SESSION *s, char *out, size_t len);
+/* accept-new: remembers the key and appends its line to the file; 0 on success. */
+int cs_kh_learn(cs_kh *k, const char *host, int port, const char *key, size_t klen, int type);
+
 typedef struct cs_ssh {
   LIBSSH2_SESSION *s;
   int fd;
