@@ -251,6 +251,8 @@ function M.run(ctx, a)
     ctx.log:verbose("distro package %s: %s %s for %s", apply_options.distro, pkg.type, pkg.version,
       table.concat(pkg.architectures or {}, ","))
   end
+  apply_options.passphrase = require("cargoship.prompt").passphrase_source(ctx.env,
+    ctx.isatty and ctx.isatty.stdin)
   return run_pipeline(ctx, cluster, apply_options)
 end
 

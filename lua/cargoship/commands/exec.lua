@@ -104,7 +104,7 @@ function M.run(ctx, a)
     known_hosts = o.known_hosts or (home .. "/.ssh/known_hosts"),
     host_key_policy = o.host_key_policy,
     timeout = o.timeout, env = ctx.env,
-    passphrase = function() return ctx.env("CARGOSHIP_SSH_PASSPHRASE") end,
+    passphrase = require("cargoship.prompt").passphrase_source(ctx.env, ctx.isatty and ctx.isatty.stdin),
   }
   local width = 0
   for _, h in ipairs(hosts) do width = math.max(width, #h.name) end
