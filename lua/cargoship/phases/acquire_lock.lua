@@ -1,0 +1,107 @@
+-- cargoship.phases.acquire_lock: phase 7, takes every host's exclusive lock; a heartbeat keeps it until phase 30.
+--
+-- Timings come from the lock module's defaults (touch every 30 s, stale after 60 s of
+-- silence) unless CARGOSHIP_LOCK_INTERVAL / CARGOSHIP_LOCK_STALE_AFTER (seconds) say
+-- otherwise; the integration specs shrink them to watch a takeover happen.
+-- The handles land in ctx.state.locks[host.name]. A host whose lock is later lost or stolen
+-- is failed through ctx:fail and marked host.lock_lost, so the run stops there.
+-- A conflict is recorded in ctx.state.lock_conflicts (messages naming the holders), so the
+-- command can exit with its "locked" code.
+local lock = require "cargoship.lock"
+
+local M = {}
+
+M.id = "acquire_lock"
+M.title = "Acquire exclusive host lock"
+-- dry_run stays unset: reported, not run. A dry run takes no lock, so it blocks no real run.
+M.reads = {}
+M.creates = { "lock" }
+
+local function getenv(ctx)
+  if type(ctx.env) == "function" then return ctx.env end
+  return os.getenv
+end
+
+local function timings(ctx)
+  local o, err = lock.options_from_env(getenv(ctx))
+  if not o then
+    if ctx.log then ctx.log:warn("ignoring the lock timings from the environment: %s", err) end
+    o = {}
+  end
+  return o
+end
+
+local function holder_info(ctx)
+  local env = getenv(ctx)
+  local file = ctx.options and ctx.options.cluster_file
+  return {
+    user = env("USER") or env("LOGNAME"),
+    command = "apply" .. (file and (" " .. file) or ""),
+    run_id = ctx.run_id,
+  }
+end
+
+function M.prepare(ctx)
+  return ctx.hosts
+end
+
+-- Reads the lock to say whom a real run would meet there.
+function M.assess(ctx, host)
+  local cur = lock.read(host)
+  if not cur then return { "take the lock at " .. lock.DIRS[1] .. "/" .. lock.NAME } end
+  if not cur.held then return { "take the lock at " .. cur.path } end
+  local stale = cur.age and cur.age > (timings(ctx).stale_after or lock.STALE_AFTER)
+  return { string.format("take the lock at %s (currently held by %s%s)", cur.path,
+    lock.describe(cur.record, cur.age, cur.now), stale and "; stale, so it would be taken over" or "") }
+end
+
+local function take(ctx, info, o)
+  return function(host)
+    local h, err, code = lock.acquire(host, info, {
+      interval = o.interval, stale_after = o.stale_after,
+      on_lost = function(msg)
+        host.lock_lost = msg
+        if ctx.fail then ctx:fail(host, msg) end
+      end,
+    })
+    if not h then
+      if code == "locked" then
+        local c = ctx.state.lock_conflicts
+        c[#c + 1] = err
+      end
+      return nil, err
+    end
+    ctx.state.locks[host.name] = h
+    return true
+  end
+end
+
+-- The first host goes first, alone: two applies racing for the same cluster then meet
+-- there, and the loser stops before it holds any host, instead of each holding half.
+function M.run(ctx, hosts)
+  ctx.state.locks = ctx.state.locks or {}
+  ctx.state.lock_conflicts = ctx.state.lock_conflicts or {}
+  if #hosts == 0 then return true end
+  local fn = take(ctx, holder_info(ctx), timings(ctx))
+  local ok, failures = ctx:each({ hosts[1] }, fn)
+  if ok and #hosts > 1 then ok, failures = ctx:each({ table.unpack(hosts, 2) }, fn) end
+  if not ok then return nil, failures end
+  return true
+end
+
+-- Releases every lock this run took, however the run ends early.
+function M.cleanup(ctx)
+  local locks = ctx.state.locks or {}
+  local held = {}
+  for _, host in ipairs(ctx.hosts) do
+    if locks[host.name] then held[#held + 1] = host end
+  end
+  if #held == 0 then return end
+  ctx:each(held, function(host)
+    local ok, err = locks[host.name]:release()
+    if not ok and host.log then host.log:warn("%s", err) end
+    return true
+  end)
+end
+
+return M

@@ -1,0 +1,435 @@
+-- Specs of cargoship.lock: its remote scripts run for real by /bin/sh in a temp dir, through a fake host.
+local loop = require "cargoship.loop"
+local util = require "cargoship.util"
+local lock = require "cargoship.lock"
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return out, code
+end
+
+local function temp_dir()
+  local path = os.tmpname()
+  os.remove(path)
+  assert(os.execute("mkdir -p " .. util.quote(path)))
+  return path
+end
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function exists(path)
+  local _, code = sh("test -e " .. util.quote(path))
+  return code == 0
+end
+
+local function mtime(path)
+  return tonumber((sh("stat -c %Y " .. util.quote(path))))
+end
+
+-- Ages path by `seconds` (the heartbeat's absence, as the host's clock sees it).
+local function age(path, seconds)
+  assert(os.execute("touch -d " .. util.quote(seconds .. " seconds ago") .. " " .. util.quote(path)))
+end
+
+local function recorder()
+  local lines = { warn = {}, error = {}, verbose = {} }
+  local log = {}
+  for _, level in ipairs { "error", "warn", "info", "verbose", "debug" } do
+    log[level] = function(_, fmt, ...)
+      lines[level] = lines[level] or {}
+      table.insert(lines[level], select("#", ...) > 0 and string.format(fmt, ...) or fmt)
+    end
+  end
+  return log, lines
+end
+
+-- A host whose probe and run execute the command here, by /bin/sh, as the transport would
+-- there; run counts writes and refuses them in a dry run as the real Host does.
+local function fake_host(name, o)
+  o = o or {}
+  local log, lines = recorder()
+  local h = { name = name, log = log, lines = lines, writes = 0, dry_run = o.dry_run, scripts = {} }
+  local function exec(self, cmd)
+    self.scripts[#self.scripts + 1] = cmd
+    local errf = os.tmpname()
+    local p = assert(io.popen("sh -c " .. util.quote(cmd) .. " 2>" .. util.quote(errf)))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    local err = read(errf) or ""
+    os.remove(errf)
+    return out, err, code
+  end
+  h.probe = exec
+  function h.run(self, cmd, opts)
+    if self.dry_run then error(self.name .. ": dry run: refused to run", 0) end
+    self.writes = self.writes + 1
+    if o.fail_run then return nil, self.name .. ": exec: connection cut", "closed" end
+    return exec(self, cmd, opts)
+  end
+  return h
+end
+
+-- Runs fn inside the loop, as every command does; raises its error.
+local function run(fn)
+  local ok, a, b, c = loop.run(fn)
+  if not ok then error(a, 0) end
+  return a, b, c
+end
+
+local INFO = { holder = "ops@console", pid = 4242, version = "1.2.3", command = "apply lab.yaml", run_id = "run-a" }
+local OTHER = { holder = "dev@laptop", pid = 77, version = "1.2.3", command = "apply other.yaml", run_id = "run-b" }
+
+describe("lock", function()
+  local dir, path
+  before_each(function()
+    dir = temp_dir()
+    path = dir .. "/cargoship.lock"
+  end)
+  after_each(function()
+    os.execute("rm -rf " .. util.quote(dir))
+  end)
+
+  local function opts(over)
+    local o = { dirs = { dir }, heartbeat = false }
+    for k, v in pairs(over or {}) do o[k] = v end
+    return o
+  end
+
+  local function record()
+    local r = {}
+    for k, v in (read(path .. "/holder") or ""):gmatch("([%w_]+)=([^\n]*)") do r[k] = v end
+    return r
+  end
+
+  it("takes a free lock atomically and writes the holder record", function()
+    local h = fake_host("h1")
+    local handle = run(function() return assert(lock.acquire(h, INFO, opts())) end)
+    assert.are.equal(path, handle.path)
+    local r = record()
+    assert.are.equal("ops@console", r.holder)
+    assert.are.equal("4242", r.pid)
+    assert.are.equal("1.2.3", r.version)
+    assert.are.equal("apply lab.yaml", r.command)
+    assert.are.equal("run-a", r.run_id)
+    assert.are.equal(handle.token, r.token)
+    assert.matches("^run%-a%.%x+$", handle.token)
+    -- started is the host's clock, not ours
+    assert.is_true(math.abs(tonumber(r.started) - os.time()) < 5)
+    assert.is_nil(handle.took_over)
+  end)
+
+  it("fails a second acquire at once with 'locked', naming the holder and its last heartbeat", function()
+    local a, b = fake_host("h1"), fake_host("h1")
+    local _, err, code = run(function()
+      assert(lock.acquire(a, INFO, opts()))
+      age(path, 20)
+      return lock.acquire(b, OTHER, opts())
+    end)
+    assert.are.equal("locked", code)
+    assert.matches("h1: another cargoship holds the lock at " .. path:gsub("%p", "%%%0"), err)
+    assert.matches("ops@console (pid 4242, cargoship 1.2.3, `apply lab.yaml`)", err, 1, true)
+    assert.matches("last heartbeat 2%d s ago", err)
+    assert.matches("cargoship unlock", err, 1, true)
+    assert.are.equal("run-a", record().run_id)
+  end)
+
+  it("takes over a lock stale by the host's clock, warning with the old holder's name", function()
+    local a, b = fake_host("h1"), fake_host("h1")
+    local old, new = run(function()
+      local x = assert(lock.acquire(a, INFO, opts { stale_after = 3 }))
+      age(path, 2)
+      assert.are.equal("locked", select(3, lock.acquire(b, OTHER, opts { stale_after = 3 })))
+      age(path, 10)
+      return x, assert(lock.acquire(b, OTHER, opts { stale_after = 3 }))
+    end)
+    assert.are.equal("run-b", record().run_id)
+    assert.are.equal(new.token, record().token)
+    assert.are.equal("ops@console", new.took_over.holder)
+    assert.are.equal(1, #b.lines.warn)
+    assert.matches("took over a stale lock at .* from ops@console %(pid 4242.*last heartbeat 1[01] s ago",
+      b.lines.warn[1])
+    -- the old holder finds out at its next heartbeat, and cannot release the new lock
+    local lost
+    old.on_lost = function(msg) lost = msg end
+    local ok, err, code = run(function() return old:heartbeat() end)
+    assert.is_nil(ok)
+    assert.are.equal("lost", code)
+    assert.matches("taken over by dev@laptop", err, 1, true)
+    assert.are.equal(err, lost)
+    assert.are.equal(err, old.lost)
+    assert.is_nil((run(function() return old:release() end)))
+    assert.are.equal(new.token, record().token)
+    -- the tombstone of the stale lock outlives the takeover, and goes with the new lock
+    assert.is_true(exists(path .. ".old." .. old.token))
+    assert.is_true((run(function() return new:release() end)))
+    assert.are.equal("", (sh("ls -A " .. util.quote(dir))))
+  end)
+
+  it("removes the lock on release only while the token matches, and release is idempotent", function()
+    local a, b = fake_host("h1"), fake_host("h1")
+    run(function()
+      local x = assert(lock.acquire(a, INFO, opts()))
+      -- someone rewrote the record: a different token, so release must leave it
+      local text = read(path .. "/holder"):gsub("token=[^\n]*", "token=someone-else")
+      local f = assert(io.open(path .. "/holder", "wb"))
+      f:write(text)
+      f:close()
+      local ok, err, code = x:release()
+      assert.is_nil(ok)
+      assert.are.equal("lost", code)
+      assert.matches("not by this run; left it alone", err, 1, true)
+      assert.is_true(exists(path))
+      os.execute("rm -rf " .. util.quote(path))
+      local y = assert(lock.acquire(b, OTHER, opts()))
+      assert.is_true(y:release())
+      assert.is_false(exists(path))
+      local writes = b.writes
+      assert.is_true(y:release())
+      assert.are.equal(writes, b.writes, "a second release does not go to the host")
+    end)
+    assert.are.equal("", (sh("ls -A " .. util.quote(dir))), "release leaves nothing behind")
+  end)
+
+  it("touches the lock on heartbeat and flags a lock that vanished as lost", function()
+    local h = fake_host("h1")
+    run(function()
+      local x = assert(lock.acquire(h, INFO, opts()))
+      age(path, 30)
+      assert.is_true(x:heartbeat())
+      assert.is_true(os.time() - mtime(path) < 5)
+      os.execute("rm -rf " .. util.quote(path))
+      local lost
+      x.on_lost = function(msg) lost = msg end
+      local ok, err, code = x:heartbeat()
+      assert.is_nil(ok)
+      assert.are.equal("lost", code)
+      assert.matches("it is gone", err, 1, true)
+      assert.are.equal(err, lost)
+      assert.are.equal(1, #h.lines.error)
+    end)
+  end)
+
+  it("keeps the lock fresh from a loop task while the caller does other work", function()
+    local h = fake_host("h1")
+    run(function()
+      local x = assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 0.1, stale_after = 3 }))
+      age(path, 100)
+      loop.sleep(0.35)
+      assert.is_true(x.beats >= 2, "beats: " .. x.beats)
+      assert.is_true(os.time() - mtime(path) < 5)
+      assert.is_true(x:release())
+      loop.sleep(0)
+      assert.are.equal("done", x.task:status())
+      assert.is_false(exists(path))
+    end)
+  end)
+
+  it("stops the run on the host when the heartbeat finds the lock stolen", function()
+    local a, b = fake_host("h1"), fake_host("h1")
+    local lost = {}
+    run(function()
+      local x = assert(lock.acquire(a, INFO, opts {
+        heartbeat = true, interval = 0.1, stale_after = 3,
+        on_lost = function(msg) lost[#lost + 1] = msg end,
+      }))
+      os.execute("rm -rf " .. util.quote(path))
+      local y = assert(lock.acquire(b, OTHER, opts()))
+      loop.sleep(0.3)
+      assert.are.equal(1, #lost)
+      assert.matches("taken over by dev@laptop", lost[1], 1, true)
+      assert.are.equal(lost[1], x.lost)
+      assert.are.equal("done", x.task:status())
+      assert.is_true(exists(path), "the thief's lock stays")
+      assert.is_true(y:release())
+    end)
+  end)
+
+  it("declares the lock lost when the host stays unreachable for the stale window", function()
+    local h = fake_host("h1")
+    local lost
+    run(function()
+      local x = assert(lock.acquire(h, INFO, opts {
+        heartbeat = true, interval = 0.1, stale_after = 0.35, on_lost = function(msg) lost = msg end,
+      }))
+      h.run = function() return nil, "h1: exec: connection cut", "closed" end
+      loop.sleep(0.6)
+      assert.matches("could not refresh it for", x.lost, 1, true)
+      assert.matches("connection cut", lost, 1, true)
+      assert.is_true(#h.lines.warn >= 1)
+    end)
+  end)
+
+  it("releases from the heartbeat task's destructor when the run is cancelled or ends", function()
+    local h = fake_host("h1")
+    -- the task that acquired ends at once (as a per-host task does); the lock must outlive it
+    local ok = loop.run(function()
+      local t = loop.spawn(function()
+        return assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 0.1 }))
+      end)
+      local _, x = t:join()
+      loop.sleep(0.15)
+      assert.is_true(exists(path))
+      assert.is_false(x.released)
+      -- the main task ends without releasing: the loop cancels the heartbeat, whose destructor releases
+    end)
+    assert.is_true(ok)
+    assert.is_false(exists(path))
+  end)
+
+  it("releases once when the destructor and a release call race", function()
+    local h = fake_host("h1")
+    run(function()
+      local x = assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 60 }))
+      local t = loop.spawn(function() return x:release() end)
+      x.task:cancel()
+      assert.is_true(x:release())
+      assert.is_true(select(2, t:join()))
+    end)
+    assert.is_false(exists(path))
+  end)
+
+  it("lets exactly one of many concurrent takers win, for a free and for a stale lock", function()
+    -- the scripts as the hosts would get them, run as parallel shells
+    local function script_of(info)
+      local cap = { name = "h1", log = recorder() }
+      function cap.run(_, cmd) cap.cmd = cmd return "", "", 1 end
+      run(function() lock.acquire(cap, info, opts { stale_after = 3 }) end)
+      return cap.cmd
+    end
+    local files = {}
+    -- every acquisition has its own token, so every race gets fresh scripts
+    local function race()
+      for i = 1, 6 do
+        files[i] = dir .. "/s" .. i .. ".sh"
+        local f = assert(io.open(files[i], "wb"))
+        f:write(script_of { holder = "taker" .. i, run_id = "r" .. i })
+        f:close()
+      end
+      local cmd = {}
+      for i = 1, 6 do cmd[i] = "sh " .. util.quote(files[i]) .. " >" .. util.quote(files[i] .. ".out") .. " &" end
+      assert(os.execute(table.concat(cmd, " ") .. " wait"))
+      local won = 0
+      for i = 1, 6 do
+        local status = (read(files[i] .. ".out") or ""):match("status=([%w_]+)")
+        if status == "acquired" or status == "took_over" then won = won + 1
+        else assert.are.equal("locked", status) end
+      end
+      return won
+    end
+    for _ = 1, 10 do
+      os.execute("rm -rf " .. util.quote(path))
+      assert.are.equal(1, race(), "free lock")
+      age(path, 10)
+      assert.are.equal(1, race(), "stale lock")
+    end
+  end)
+
+  it("removes, when its task ends, a lock an acquire that got no answer may have taken", function()
+    local h = fake_host("h1")
+    local real = h.run
+    -- the script runs on the host, but the answer never comes back
+    h.run = function(self, cmd, o)
+      h.run = real
+      real(self, cmd, o)
+      return nil, "h1: exec: timed out", "timeout"
+    end
+    run(function()
+      local t = loop.spawn(function() return lock.acquire(h, INFO, opts()) end)
+      local _, x, err, code = t:join()
+      assert.is_nil(x)
+      assert.are.equal("timeout", code, err)
+      assert.is_false(exists(path), "released by the task's destructor")
+      -- another run's lock is not ours to remove, however the acquire ended
+      assert(lock.acquire(fake_host("h1"), OTHER, opts()))
+      local released = 0
+      h.run = function(self, cmd, o)
+        if cmd:find("cs_take", 1, true) then return nil, "h1: exec: connection cut", "closed" end
+        released = released + 1
+        return real(self, cmd, o)
+      end
+      t = loop.spawn(function() return lock.acquire(h, INFO, opts()) end)
+      t:join()
+      assert.are.equal(1, released, "the release was tried")
+      assert.are.equal("run-b", record().run_id)
+    end)
+  end)
+
+  it("falls back to the next directory when /run/lock is absent", function()
+    local h = fake_host("h1")
+    local x = run(function()
+      return assert(lock.acquire(h, INFO, opts { dirs = { dir .. "/no-such-dir", dir } }))
+    end)
+    assert.are.equal(path, x.path)
+    local _, err, code = run(function()
+      return lock.acquire(h, INFO, opts { dirs = { dir .. "/none" } })
+    end)
+    assert.are.equal("exit", code)
+    assert.matches("no directory to keep the lock in", err, 1, true)
+  end)
+
+  it("keeps hostile values in the record one line each, and out of the shell", function()
+    local h = fake_host("h1")
+    run(function()
+      assert(lock.acquire(h, { holder = "x'; touch " .. dir .. "/pwned; '", command = "apply\nevil=1 $(id)",
+        run_id = "r/../../x" }, opts()))
+    end)
+    assert.is_false(exists(dir .. "/pwned"))
+    local r = record()
+    assert.are.equal("apply evil=1 $(id)", r.command)
+    assert.is_nil(r.evil)
+    assert.matches("^r_.._.._x%.", r.token)
+  end)
+
+  it("reads the lock without writing, and breaks only the lock that was shown", function()
+    local a, b = fake_host("h1"), fake_host("h1")
+    run(function()
+      local st = assert(lock.read(a, { dirs = { dir } }))
+      assert.is_false(st.held)
+      assert.are.equal(path, st.path)
+      assert(lock.acquire(a, INFO, opts()))
+      age(path, 7)
+      st = assert(lock.read(b, { dirs = { dir } }))
+      assert.are.equal(0, b.writes)
+      assert.is_true(st.held)
+      assert.are.equal("ops@console", st.record.holder)
+      assert.is_true(st.age == 7 or st.age == 8, "age " .. tostring(st.age))
+      -- a run took over between showing and breaking: leave the new holder alone
+      os.execute("rm -rf " .. util.quote(path))
+      assert(lock.acquire(b, OTHER, opts()))
+      local ok, err, code = lock.break_lock(a, { path = st.path, token = st.token })
+      assert.is_nil(ok)
+      assert.are.equal("changed", code)
+      assert.matches("now held by dev@laptop", err, 1, true)
+      assert.is_true(exists(path))
+      st = assert(lock.read(b, { dirs = { dir } }))
+      assert.are.same({ true, "broken" }, { lock.break_lock(a, { path = st.path, token = st.token }) })
+      assert.is_false(exists(path))
+      assert.are.same({ true, "gone" }, { lock.break_lock(a, { path = st.path, token = st.token }) })
+    end)
+  end)
+
+  it("is refused by a dry-run host: taking a lock is a write", function()
+    local h = fake_host("h1", { dry_run = true })
+    assert.has_error(function() run(function() return lock.acquire(h, INFO, opts()) end) end,
+      "h1: dry run: refused to run")
+    assert.is_false(exists(path))
+  end)
+
+  it("reads its timings from the environment, refusing nonsense", function()
+    local function env(t) return function(k) return t[k] end end
+    assert.are.same({}, lock.options_from_env(env {}))
+    assert.are.same({ interval = 1, stale_after = 3 },
+      lock.options_from_env(env { CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "3" }))
+    assert.is_nil(lock.options_from_env(env { CARGOSHIP_LOCK_STALE_AFTER = "soon" }))
+    local _, err = lock.options_from_env(env { CARGOSHIP_LOCK_INTERVAL = "90" })
+    assert.matches("shorter than", err)
+  end)
+end)

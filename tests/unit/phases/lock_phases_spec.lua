@@ -1,0 +1,296 @@
+-- Specs of the lock phases (7 acquire, 30 release) and 31 disconnect: fields, dry runs that write nothing, cleanup.
+local loop = require "cargoship.loop"
+local pool = require "cargoship.pool"
+local util = require "cargoship.util"
+local host_mod = require "cargoship.host"
+local acquire = require "cargoship.phases.acquire_lock"
+local release = require "cargoship.phases.release_lock"
+local disconnect = require "cargoship.phases.disconnect"
+
+local function temp_dir()
+  local path = os.tmpname()
+  os.remove(path)
+  assert(os.execute("mkdir -p " .. util.quote(path)))
+  return path
+end
+
+local function exists(path)
+  return os.execute("test -e " .. util.quote(path)) == true
+end
+
+local function recorder()
+  local lines = {}
+  local log = {}
+  for _, level in ipairs { "error", "warn", "info", "verbose", "debug" } do
+    log[level] = function(_, fmt, ...)
+      lines[#lines + 1] = level .. ": " .. (select("#", ...) > 0 and string.format(fmt, ...) or fmt)
+    end
+  end
+  return log, lines
+end
+
+-- A connection that runs commands here, by /bin/sh, with this host's own directory standing
+-- in for /run/lock: each fake host is its own machine.
+local function fake_conn(lockdir)
+  local c = { temps = {}, execs = 0, closed = false, removed = 0 }
+  function c.exec(self, cmd)
+    self.execs = self.execs + 1
+    cmd = cmd:gsub("'/run/lock'", function() return util.quote(lockdir) end)
+    local errf = os.tmpname()
+    local p = assert(io.popen("sh -c " .. util.quote(cmd) .. " 2>" .. util.quote(errf)))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    local f = io.open(errf, "rb")
+    local err = f and f:read("a") or ""
+    if f then f:close() end
+    os.remove(errf)
+    return out, err, code
+  end
+  function c.remove_temps(self)
+    self.removed = self.removed + 1
+    self.temps = {}
+    return true
+  end
+  function c.close(self) self.closed = true end
+  return c
+end
+
+local function hosts_for(base, n, dry_run)
+  local hosts = {}
+  for i = 1, n do
+    local dir = base .. "/h" .. i
+    assert(os.execute("mkdir -p " .. util.quote(dir)))
+    local log, lines = recorder()
+    local h = host_mod.new { config = { name = "h" .. i, index = i }, log = log, dry_run = dry_run }
+    h.lines, h.lockdir = lines, dir
+    h:attach(fake_conn(dir))
+    hosts[i] = h
+  end
+  return hosts
+end
+
+-- The context as the runner hands it over (the parts these phases use).
+local function new_ctx(hosts, o)
+  o = o or {}
+  local log = recorder()
+  local ctx = {
+    hosts = hosts, options = { cluster_file = "lab.yaml" }, dry_run = o.dry_run or false,
+    log = log, state = {}, run_id = "20261130T090000Z-4242", failed = {},
+    env = function(k) return (o.env or {})[k] end,
+  }
+  function ctx.each(_, list, fn)
+    local failures, values = {}, {}
+    for i, r in ipairs(pool.map(list, 10, fn)) do
+      local err = (not r.ok and tostring(r.err)) or (r[1] == nil and r[2])
+      if err then failures[#failures + 1] = { host = list[i], err = err } else values[list[i]] = r[1] end
+    end
+    if #failures > 0 then return nil, failures, values end
+    return true, values
+  end
+  function ctx.fail(self, host, msg)
+    self.failed[#self.failed + 1] = { host = host, err = msg }
+    return nil, msg
+  end
+  return ctx
+end
+
+local function run(fn)
+  if loop.running() then return fn() end
+  local ok, a, b, c = loop.run(fn)
+  if not ok then error(a, 0) end
+  return a, b, c
+end
+
+local function lockpath(h) return h.lockdir .. "/cargoship.lock" end
+
+-- Another run's lock on h, aged `age` seconds.
+local function hold(h, age)
+  local other = hosts_for(h.lockdir .. "/other", 1)[1]
+  other.conn = fake_conn(h.lockdir)
+  local lock = require "cargoship.lock"
+  run(function()
+    assert(lock.acquire(other, { holder = "dev@laptop", pid = 77, command = "apply other.yaml", run_id = "r-b" },
+      { heartbeat = false }))
+  end)
+  if age then os.execute("touch -d '" .. age .. " seconds ago' " .. util.quote(lockpath(h))) end
+end
+
+describe("lock phases", function()
+  local base
+  before_each(function() base = temp_dir() end)
+  after_each(function() os.execute("rm -rf " .. util.quote(base)) end)
+
+  it("declare their titles, dry-run policies and the lock state", function()
+    assert.are.equal("acquire_lock", acquire.id)
+    assert.are.equal("Acquire exclusive host lock", acquire.title)
+    assert.is_nil(acquire.dry_run)
+    assert.are.same({ "lock" }, acquire.creates)
+    assert.is_function(acquire.cleanup)
+    assert.are.equal("release_lock", release.id)
+    assert.are.equal("Release exclusive host lock", release.title)
+    assert.is_nil(release.dry_run)
+    assert.are.same({ "lock" }, release.reads)
+    assert.are.equal("disconnect", disconnect.id)
+    assert.are.equal("Disconnect from hosts", disconnect.title)
+    assert.is_function(disconnect.dry_run, "an own dry-run path")
+    local ok, contract = pcall(require, "cargoship.pipeline.contract")
+    if ok then
+      for _, p in ipairs { acquire, release, disconnect } do
+        assert.are.same({ true }, { contract.check(p) })
+      end
+    end
+  end)
+
+  it("assesses in a dry run by reading the lock, writing nothing", function()
+    local hosts = hosts_for(base, 2, true)
+    hold(hosts[2], 12)
+    local ctx = new_ctx(hosts, { dry_run = true })
+    local a1, a2 = run(function()
+      local list = acquire.prepare(ctx)
+      assert.are.equal(2, #list)
+      return acquire.assess(ctx, list[1]), acquire.assess(ctx, list[2])
+    end)
+    assert.are.same({ "take the lock at " .. lockpath(hosts[1]) }, a1)
+    assert.matches("^take the lock at .* %(currently held by dev@laptop %(pid 77", a2[1])
+    assert.matches("last heartbeat 1%d s ago%)$", a2[1])
+    for _, h in ipairs(hosts) do
+      assert.are.equal(0, h.writes_sent)
+      assert.are.same({}, h.refused)
+    end
+    assert.is_false(exists(lockpath(hosts[1])))
+    local r = run(function() return release.assess(ctx, hosts[1]) end)
+    assert.are.same({ "release the lock at /run/lock/cargoship.lock" }, r)
+  end)
+
+  it("says a stale holder would be taken over", function()
+    local hosts = hosts_for(base, 1, true)
+    hold(hosts[1], 300)
+    local a = run(function() return acquire.assess(new_ctx(hosts, { dry_run = true }), hosts[1]) end)
+    assert.matches("stale, so it would be taken over", a[1], 1, true)
+  end)
+
+  it("cannot take a lock in a dry run even if asked: the host refuses the write", function()
+    local hosts = hosts_for(base, 1, true)
+    local ok, failures = run(function() return acquire.run(new_ctx(hosts, { dry_run = true }), hosts) end)
+    assert.is_nil(ok)
+    assert.matches("dry run: refused", failures[1].err, 1, true)
+    assert.is_false(exists(lockpath(hosts[1])))
+  end)
+
+  it("takes every lock, keeps the handles in ctx.state.locks, and cleanup releases them", function()
+    local hosts = hosts_for(base, 3)
+    local ctx = new_ctx(hosts)
+    run(function()
+      assert.is_true(acquire.run(ctx, acquire.prepare(ctx)))
+      for _, h in ipairs(hosts) do
+        assert.is_true(exists(lockpath(h)))
+        assert.are.equal(lockpath(h), ctx.state.locks[h.name].path)
+      end
+      local f = assert(io.open(lockpath(hosts[1]) .. "/holder"))
+      local text = f:read("a")
+      f:close()
+      assert.matches("command=apply lab.yaml", text, 1, true)
+      assert.matches("run_id=20261130T090000Z-4242", text, 1, true)
+      acquire.cleanup(ctx)
+      for _, h in ipairs(hosts) do
+        assert.is_false(exists(lockpath(h)))
+        assert.is_true(ctx.state.locks[h.name].released)
+      end
+      acquire.cleanup(ctx)
+    end)
+  end)
+
+  it("stops at the first host when another run holds it, touching no other host", function()
+    local hosts = hosts_for(base, 3)
+    hold(hosts[1])
+    local ctx = new_ctx(hosts)
+    local ok, failures = run(function() return acquire.run(ctx, hosts) end)
+    assert.is_nil(ok)
+    assert.are.equal(1, #failures)
+    assert.matches("h1: another cargoship holds the lock .* dev@laptop", failures[1].err)
+    assert.are.same({ failures[1].err }, ctx.state.lock_conflicts)
+    assert.is_false(exists(lockpath(hosts[2])))
+    assert.is_false(exists(lockpath(hosts[3])))
+  end)
+
+  it("fails on a later host that is held, and cleanup releases what it took", function()
+    local hosts = hosts_for(base, 3)
+    hold(hosts[3])
+    local ctx = new_ctx(hosts)
+    run(function()
+      local ok, failures = acquire.run(ctx, hosts)
+      assert.is_nil(ok)
+      assert.are.equal(hosts[3], failures[1].host)
+      assert.is_true(exists(lockpath(hosts[1])))
+      acquire.cleanup(ctx)
+    end)
+    assert.is_false(exists(lockpath(hosts[1])))
+    assert.is_false(exists(lockpath(hosts[2])))
+    assert.is_true(exists(lockpath(hosts[3])), "the other run's lock stays")
+  end)
+
+  it("fails the host through ctx:fail when its lock is stolen mid-run", function()
+    local hosts = hosts_for(base, 1)
+    local ctx = new_ctx(hosts, { env = { CARGOSHIP_LOCK_INTERVAL = "0.1", CARGOSHIP_LOCK_STALE_AFTER = "2" } })
+    run(function()
+      assert.is_true(acquire.run(ctx, hosts))
+      os.execute("rm -rf " .. util.quote(lockpath(hosts[1])))
+      hold(hosts[1])
+      loop.sleep(0.3)
+    end)
+    assert.are.equal(1, #ctx.failed)
+    assert.are.equal(hosts[1], ctx.failed[1].host)
+    assert.matches("taken over by dev@laptop", ctx.failed[1].err, 1, true)
+    assert.are.equal(ctx.failed[1].err, hosts[1].lock_lost)
+  end)
+
+  it("releases in phase 30, and fails a host whose lock is no longer this run's", function()
+    local hosts = hosts_for(base, 2)
+    local ctx = new_ctx(hosts)
+    run(function()
+      assert.is_true(acquire.run(ctx, hosts))
+      assert.are.equal(2, #release.prepare(ctx))
+      assert.are.same({ "release the lock at " .. lockpath(hosts[1]) }, release.assess(ctx, hosts[1]))
+      -- h2's lock was broken and taken by another run meanwhile
+      os.execute("rm -rf " .. util.quote(lockpath(hosts[2])))
+      hold(hosts[2])
+      local ok, failures = release.run(ctx, release.prepare(ctx))
+      assert.is_nil(ok)
+      assert.are.equal(1, #failures)
+      assert.are.equal(hosts[2], failures[1].host)
+      assert.is_false(exists(lockpath(hosts[1])))
+      assert.is_true(exists(lockpath(hosts[2])))
+      -- a later failure's cleanup finds nothing left to do
+      acquire.cleanup(ctx)
+      assert.is_true(exists(lockpath(hosts[2])))
+    end)
+  end)
+
+  it("reports its own dry run of disconnect without touching the hosts", function()
+    local hosts = hosts_for(base, 2, true)
+    hosts[1].conn.temps = { "/etc/.x.cargoship-r.tmp" }
+    local report = disconnect.dry_run(new_ctx(hosts, { dry_run = true }), disconnect.prepare(new_ctx(hosts)))
+    assert.are.same({
+      { host = hosts[1], actions = { "remove the temp files this run left: /etc/.x.cargoship-r.tmp", "disconnect" } },
+      { host = hosts[2], actions = { "disconnect" } },
+    }, report)
+    for _, h in ipairs(hosts) do
+      assert.are.equal(0, h.conn.execs)
+      assert.are.equal(0, h.conn.removed)
+      assert.is_false(h.conn.closed)
+    end
+  end)
+
+  it("removes the run's temp files and closes every connection", function()
+    local hosts = hosts_for(base, 2)
+    local ctx = new_ctx(hosts)
+    local closed = 0
+    ctx.transport = { close_all = function() closed = closed + 1 end }
+    run(function() assert.is_true(disconnect.run(ctx, disconnect.prepare(ctx))) end)
+    assert.are.equal(1, closed)
+    for _, h in ipairs(hosts) do assert.are.equal(1, h.conn.removed) end
+    ctx.transport = nil
+    run(function() assert.is_true(disconnect.run(ctx, hosts)) end)
+    for _, h in ipairs(hosts) do assert.is_true(h.conn.closed) end
+  end)
+end)
