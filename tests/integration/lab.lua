@@ -64,4 +64,76 @@ function M.upper_snapshot(i, ignore)
   return snap, dir
 end
 
+-- ---- "wrote nothing" proofs over every entry, not only files (added for apply_dryrun_spec) ----
+
+-- Every entry under root (root itself included), keyed by its path below root ("/etc/hosts"):
+-- "type mode uid:gid" plus the sha256 of a file, the target of a symlink; with opts.mtime also
+-- the modification time. Unlike upper_snapshot this also sees directories, deletions (an
+-- overlay whiteout is a character device in the upper dir), dangling symlinks, mode and owner
+-- changes. Paths matching a Lua pattern of `ignore` are left out. opts.xdev: stay on root's
+-- filesystem. -> { [path] = "line" }
+function M.tree_snapshot(root, ignore, opts)
+  opts = opts or {}
+  local xdev = opts.xdev and " -xdev" or ""
+  local when = opts.mtime and " %T@" or ""
+  local cd = "cd '" .. root:gsub("'", "'\\''") .. "' && "
+  local code, list = M.sh(cd .. "find ." .. xdev .. " -printf '%y %m %U:%G" .. when .. "\t%l\t%p\n'")
+  assert(code == 0, "cannot list " .. root .. ": " .. list)
+  local _, sums = M.sh(cd .. "find ." .. xdev .. " -type f -print0 | xargs -0 -r sha256sum")
+  local hash = {}
+  for sum, path in sums:gmatch("(%x+)  %.([^\n]*)") do hash[path] = sum end
+  local snap = {}
+  for meta, target, path in list:gmatch("([^\t\n]*)\t([^\t\n]*)\t%.([^\n]*)") do
+    if path == "" then path = "/" end
+    local skip = false
+    for _, pat in ipairs(ignore or {}) do if path:match(pat) then skip = true end end
+    if not skip then
+      local line = meta
+      if meta:sub(1, 1) == "f" then line = line .. " sha256:" .. tostring(hash[path])
+      elseif meta:sub(1, 1) == "l" then line = line .. " -> " .. target end
+      snap[path] = line
+    end
+  end
+  return snap
+end
+
+-- Host i's overlay upper dir (everything the host wrote to disk), as tree_snapshot, with mtimes.
+function M.upper_tree(i, ignore)
+  local _, dir = M.lab("upper " .. i)
+  return M.tree_snapshot(dir:gsub("%s+$", ""), ignore, { xdev = true, mtime = true })
+end
+
+-- Host i's RAM filesystems (/run, where locks live, /tmp, /dev/shm), which the upper dir does
+-- not see, as tree_snapshot (no mtimes), seen from the machine through /proc/PID/root.
+M.TMPFS = { "/run", "/tmp", "/dev/shm" }
+function M.tmpfs_tree(i, ignore)
+  local _, pid = M.lab("pid " .. i)
+  pid = pid:gsub("%s+$", "")
+  assert(pid:match("^%d+$"), "no PID 1 for host " .. i .. ": " .. pid)
+  local snap = {}
+  for _, mnt in ipairs(M.TMPFS) do
+    for path, line in pairs(M.tree_snapshot("/proc/" .. pid .. "/root" .. mnt)) do
+      local full = mnt .. (path == "/" and "" or path)
+      local skip = false
+      for _, pat in ipairs(ignore or {}) do if full:match(pat) then skip = true end end
+      if not skip then snap[full] = line end
+    end
+  end
+  return snap
+end
+
+-- What differs between two snapshots, one sorted line per path ("+ path", "- path", "~ path: a => b").
+function M.snapshot_diff(before, after)
+  local out = {}
+  for path, line in pairs(before) do
+    if after[path] == nil then out[#out + 1] = "- " .. path .. "  (" .. line .. ")"
+    elseif after[path] ~= line then out[#out + 1] = "~ " .. path .. ": " .. line .. " => " .. after[path] end
+  end
+  for path, line in pairs(after) do
+    if before[path] == nil then out[#out + 1] = "+ " .. path .. "  (" .. line .. ")" end
+  end
+  table.sort(out, function(a, b) return a:sub(3) < b:sub(3) end)
+  return out
+end
+
 return M
