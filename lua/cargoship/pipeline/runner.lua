@@ -324,6 +324,15 @@ function Run:phase(i, phase)
     if ctx.log and trace then ctx.log:debug("%s", trace) end
     self:phase_failure(entry, err)
   end
+  -- a host whose lock was lost or stolen (between phases too) stops the run there
+  local failing = {}
+  for _, f in ipairs(ctx._failures) do failing[f.host] = true end
+  for _, h in ipairs(ctx.hosts or {}) do
+    if h.lock_lost and not failing[h] and not ctx.dry_run then
+      ctx._failures[#ctx._failures + 1] = { host = h, err = type(h.lock_lost) == "string" and h.lock_lost
+        or (h.name .. ": lost its host lock") }
+    end
+  end
   for _, f in ipairs(ctx._failures) do self:host_failure(entry, f.host, f.err) end
   ctx._failures = nil
   self:account(entry, before)

@@ -270,6 +270,20 @@ describe("runner, real run", function()
     assert.are.equal("hostname ctrl-2 is not unique", S.host_of(rep.phases[1], "ctrl-2").error)
   end)
 
+  it("stops on a host whose lock was lost, even when no phase called ctx:fail", function()
+    local ctx = S.ctx { dry_run = false }
+    local rep = S.run(ctx, {
+      S.phase(calls, "lock", { run = function() end }),
+      -- the heartbeat task marks the host while another phase runs
+      S.phase(calls, "next", { run = function(c) c.hosts[1].lock_lost = "lock stolen by op@elsewhere" end }),
+      S.phase(calls, "after", { run = function() end }),
+    })
+    assert.are.equal("ran", rep.phases[1].verdict)
+    assert.are.equal("failed", rep.phases[2].verdict)
+    assert.are.equal("lock stolen by op@elsewhere", S.host_of(rep.phases[2], ctx.hosts[1].name).error)
+    assert.are.equal("skipped", rep.phases[3].verdict)
+  end)
+
   it("fails a phase that returns an error object, or an empty failure list", function()
     local rep = S.run(S.ctx(), { S.phase({}, "a", { run = function() return nil, { err = "boom", code = "io" } end }) })
     assert.are.equal("boom", rep.phases[1].error)
