@@ -48,12 +48,15 @@ SUITE=bookworm
 RECIPE=cargoship-lab-1
 PKGS=openssh-server,openssh-sftp-server,runit,sudo,iproute2,procps,python3,coreutils,util-linux,iputils-ping
 SELF=$(readlink -f "$0")
+# cgroup2 mount: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
+# (v1 + v2) machine like this one (check: findmnt -t cgroup2)
+CG2=$(findmnt -rn -t cgroup2 -o TARGET 2>/dev/null | head -1 || true)   # empty inside `ip netns exec` (it remounts /sys)
 
 log() { echo "lab[$PREFIX]: $*" >&2; }
 die() { log "$*"; exit 1; }
 in_lab() { ip netns exec "$LABNS" "$@"; }
-ip_of() { echo "$NET.$((10 + $1))"; }          # host index -> address
-hostdir() { echo "$STATE/hosts/h$1"; }
+H=$STATE/hosts                # per-host state: $H/hN/{upper,work,merged,pid,flavour,lower,console.log}
+# (host index I -> address $NET.$((10 + I)); written inline: no subshells in loops over 200 hosts)
 
 # Names end up in interface names (IFNAMSIZ: 15 chars incl. "v200"), netns
 # and cgroup names: keep them short and boring.
@@ -122,10 +125,10 @@ EOF
   chmod 440 "$R/etc/sudoers.d/tb" "$R/etc/sudoers.d/tbpw"
   # runit's placeholder service (sleep 6000) only costs a process per host
   rm -f "$R/etc/runit/runsvdir/default/default-syslog"
-  # Let sshd's login records go nowhere: without these files sshd does not
-  # create them, so a login leaves no trace in a host's upper dir (tests diff
-  # it to prove that a dry run wrote nothing).
-  rm -f "$R/var/log/wtmp" "$R/var/log/btmp" "$R/var/log/lastlog"
+  # Login records exist as on a real host (sshd complains without them); each
+  # host bind-mounts RAM copies over them (see host_init).
+  chroot "$R" sh -ec 'for f in wtmp btmp lastlog; do touch /var/log/$f; chgrp utmp /var/log/$f; done
+    chmod 664 /var/log/wtmp /var/log/lastlog; chmod 660 /var/log/btmp'
   : >"$R/etc/resolv.conf"   # debootstrap copied the machine's; hosts get no DNS
   : >"$R/etc/machine-id"    # seeded per host at `up`
   rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/*
@@ -156,6 +159,8 @@ build_layer() {
     : >"$M/etc/resolv.conf"' _ "$L" "$base" "$M" "$SUITE" "$pkgs" >"$CACHE/layer-$name.log" 2>&1 \
     || die "layer $name failed, see $CACHE/layer-$name.log"
   rm -rf "$L.work" "$L.mnt"
+  # runit's postinst re-adds its placeholder service whenever packages change
+  rm -f "$L.tmp/etc/runit/runsvdir/default/default-syslog"
   "fix_${name%%-*}" "$L.tmp"
   mv "$L.tmp" "$L"
   echo "$RECIPE" >"$L.ok"
@@ -174,7 +179,6 @@ fix_systemd() {
   done
   mkdir -p "$1/etc/systemd/journald.conf.d"
   printf '[Journal]\nStorage=volatile\n' >"$1/etc/systemd/journald.conf.d/cargoship-lab.conf"
-  rm -f "$1/var/log/wtmp" "$1/var/log/btmp" "$1/var/log/lastlog"
 }
 
 # "Rocky Linux 9" look-alike: Debian's rpm + dnf, Rocky's os-release and
@@ -233,30 +237,34 @@ ensure_images() {  # "os init" pairs...
 # Hosts
 # ======================================================================
 
-cg2() { findmnt -rn -t cgroup2 -o TARGET | head -1; }   # /sys/fs/cgroup, or .../unified if hybrid
 hosts() { [ -d "$STATE/hosts" ] && find "$STATE/hosts" -mindepth 1 -maxdepth 1 -name 'h*' -printf '%f\n' | sort -V || true; }
-unshare_pid() { cat "$(hostdir "$1")/pid" 2>/dev/null || true; }
+unshare_pid() { local p=; [ ! -f "$H/h$1/pid" ] || read -r p <"$H/h$1/pid" || true; echo "$p"; }
 running() {  # recorded pid alive AND still our unshare for this lab+host (pid reuse guard)
-  local p; p=$(unshare_pid "$1")
-  [ -n "$p" ] && tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -qF " _init $STATE h$1 "
+  local p='' a
+  [ -f "$H/h$1/pid" ] && read -r p <"$H/h$1/pid" && [ -n "$p" ] \
+    && mapfile -d '' a 2>/dev/null <"/proc/$p/cmdline" && [[ " ${a[*]} " == *" _init $STATE h$1 "* ]]
 }
 pid1() {  # the host's PID 1 = the only child of its unshare
-  local p; p=$(unshare_pid "$1")
-  running "$1" && tr -d ' \n' <"/proc/$p/task/$p/children"
+  local p c
+  running "$1" || return 1
+  read -r p <"$H/h$1/pid"
+  read -r c <"/proc/$p/task/$p/children" || true   # no trailing newline there
+  [ -n "$c" ] && echo "$c"
 }
 dead() {  # gone, or a zombie (its namespaces are already released then)
-  [ ! -e "/proc/$1" ] || [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" = Z ]
+  local st
+  [ ! -e "/proc/$1" ] || { read -r st 2>/dev/null <"/proc/$1/stat"; st=${st##*) }; [ "${st%% *}" = Z ]; }
 }
 
 host_down() {  # I
   local i=$1 d p c cg t
-  d=$(hostdir "$i") cg=$(cg2)/$CGNAME/h$i
+  d=$H/h$i cg=$CG2/$CGNAME/h$i
   # 1. kill: cgroup.kill takes everything in the host's cgroup (its unshare,
   # PID 1 and all descendants, even with a lost pid file); SIGKILL to PID 1
   # also makes the kernel kill the whole PID namespace.
   [ ! -e "$cg/cgroup.kill" ] || echo 1 >"$cg/cgroup.kill" 2>/dev/null || true
   if running "$i"; then
-    p=$(unshare_pid "$i"); c=$(cat "/proc/$p/task/$p/children" 2>/dev/null || true)
+    read -r p <"$d/pid"; c=$(pid1 "$i" || true)
     # shellcheck disable=SC2086  # $c: zero or one pid
     kill -KILL $c "$p" 2>/dev/null || true
     # Killed processes are reparented to the machine's init, which may reap
@@ -281,47 +289,56 @@ host_down() {  # I
   fi
 }
 
-host_up() {  # I OS INIT
-  local i=$1 os=$2 init=$3 h=h$1 ip d mac cg
-  ip=$(ip_of "$i") d=$(hostdir "$i") cg=$(cg2)/$CGNAME/h$i
-  host_down "$i"   # clear leftovers of a crashed or wrong-flavour host
+# Seed the empty upper dir before the overlay is mounted, only with files in
+# /etc whose parent dirs have the same owner/mode as in the lower layer (the
+# merged dir takes the upper's attributes; /root or /home/tb would break
+# sshd's StrictModes). Once mounted, write only through the host's view
+# (/proc/PID/root), never into the upper dir.
+host_seed() {  # I OS INIT
+  local i=$1 h=h$1 d u ip
+  d=$H/h$i ip=$NET.$((10 + i))
   mkdir -p "$d/upper/etc/ssh/authorized_keys" "$d/work" "$d/merged"
-  # Seed the empty upper dir before mounting, only with files in /etc whose
-  # parent dirs have the same owner/mode as in the lower layer (the merged
-  # dir takes the upper's attributes). After mounting, write only through
-  # the host's view (/proc/PID/root), never into a mounted upper dir.
   echo "$h" >"$d/upper/etc/hostname"
   printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n%s\t%s.lab.internal %s\n' \
     "$ip" "$h" "$h" >"$d/upper/etc/hosts"
   # unique per host: engines (k0s etc.) derive node identity from it
-  od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$d/upper/etc/machine-id"; echo >>"$d/upper/etc/machine-id"
+  printf '%04x%04x%04x%04x%04x%04x%04x%04x\n' $((SRANDOM & 65535)) $((SRANDOM & 65535)) $((SRANDOM & 65535)) \
+    $((SRANDOM & 65535)) $((SRANDOM & 65535)) $((SRANDOM & 65535)) $((SRANDOM & 65535)) $((SRANDOM & 65535)) \
+    >"$d/upper/etc/machine-id"
   chmod 444 "$d/upper/etc/machine-id"
+  # all three client keys are authorized for all three users
+  for u in root tb tbpw; do cat "$STATE"/id_{ed25519,ecdsa,rsa}.pub >"$d/upper/etc/ssh/authorized_keys/$u"; done
+  lower_of "$2" "$3" >"$d/lower"
+  echo "$2 $3" >"$d/flavour"
+  # the shared host keys were deleted from the rootfs: one ed25519 key per host
   ssh-keygen -q -t ed25519 -N '' -C "root@$h" -f "$d/upper/etc/ssh/ssh_host_ed25519_key"
-  local u; for u in root tb tbpw; do cat "$STATE"/id_{ed25519,ecdsa,rsa}.pub >"$d/upper/etc/ssh/authorized_keys/$u"; done
-  lower_of "$os" "$init" >"$d/lower"
-  echo "$os $init" >"$d/flavour"
-  # network: veth pair created from the lab, lab end on the bridge, host end eth0
-  ip netns add "$PREFIX-$h"
-  # Fixed MAC per host: a re-created host keeps its MAC, so peers' ARP
+}
+
+host_start() {  # I INIT
+  local i=$1 init=$2 h=h$1 d cg
+  d=$H/h$i cg=$CG2/$CGNAME/h$i
+  # network: veth pair created from the lab, lab end on the bridge, host end
+  # eth0. Fixed MAC per host: a re-created host keeps its MAC, so peers' ARP
   # caches stay valid (a new MAC on a known IP costs ~30 s of timeouts).
-  mac=$(printf '02:6c:61:62:%02x:%02x' $((i / 256)) $((i % 256)))
-  ip -n "$LABNS" link add "${PREFIX}v$i" type veth peer name eth0 netns "$PREFIX-$h" address "$mac"
-  ip -n "$LABNS" link set "${PREFIX}v$i" master "$BR" up
-  ip -n "$PREFIX-$h" link set lo up
-  ip -n "$PREFIX-$h" addr add "$ip/24" dev eth0
-  ip -n "$PREFIX-$h" link set eth0 up
-  ip -n "$PREFIX-$h" route add default via "$NET.1"   # the lab does not forward: nothing leaves it
+  # (`ip -batch`: one process instead of one per command.)
+  ip netns add "$PREFIX-$h"
+  printf 'link add %s type veth peer name eth0 netns %s address 02:6c:61:62:%02x:%02x\nlink set %s master %s up\n' \
+    "${PREFIX}v$i" "$PREFIX-$h" $((i / 256)) $((i % 256)) "${PREFIX}v$i" "$BR" | ip -n "$LABNS" -batch -
+  # the default route points at the bridge, but the lab neither forwards nor
+  # has an uplink: nothing a host sends can leave the lab
+  printf 'link set lo up\naddr add %s/24 dev eth0\nlink set eth0 up\nroute add default via %s\n' \
+    "$NET.$((10 + i))" "$NET.1" | ip -n "$PREFIX-$h" -batch -
   # Each host gets its own cgroup (one cgroup.kill ends it) and a cgroup
   # namespace rooted there: systemd needs a writable cgroup2 tree of its own.
   mkdir -p "$cg"
   # Start: the subshell joins the cgroup, then execs setsid (no fork: a
   # background job of a script is no process group leader) -> nsenter (no
   # fork for --net) -> unshare, so $! is unshare's pid. --kill-child ties
-  # the host's lifetime to it. fds 8/9 (our locks) must not leak into hosts.
+  # the host's lifetime to it. fds 7-9 (our locks) must not leak into hosts.
   ( echo "$BASHPID" >"$cg/cgroup.procs"
     exec setsid nsenter --net="/run/netns/$PREFIX-$h" \
       unshare --mount --propagation private --uts --ipc --pid --cgroup --kill-child \
-      "$SELF" _init "$STATE" "$h" "$init" ) >"$d/console.log" 2>&1 </dev/null 8>&- 9>&- &
+      "$SELF" _init "$STATE" "$h" "$init" ) >"$d/console.log" 2>&1 </dev/null 7>&- 8>&- 9>&- &
   echo $! >"$d/pid"
 }
 
@@ -342,6 +359,14 @@ host_init() {  # STATE hN INIT
   mount -t tmpfs -o mode=1777 tmpfs "$m/dev/shm"
   mount -t tmpfs -o mode=755 tmpfs "$m/run"
   mount -t tmpfs -o mode=1777 tmpfs "$m/tmp"
+  # sshd writes wtmp/lastlog on every login: keep those in RAM (bind-mounted
+  # over the rootfs' files), so a login leaves no trace in the upper dir and
+  # tests can diff it to prove that a dry run wrote nothing.
+  mkdir -m 700 "$m/run/lab-login-records"
+  for n in wtmp btmp lastlog; do
+    cp -p "$m/var/log/$n" "$m/run/lab-login-records/$n"
+    mount --bind "$m/run/lab-login-records/$n" "$m/var/log/$n"
+  done
   hostname "$h"
   # pivot_root, not chroot: afterwards the old root with every mount of the
   # machine (including the /run/netns/* handles of the other hosts, which
@@ -351,6 +376,12 @@ host_init() {  # STATE hN INIT
     exec env -i container=cargoship-lab PATH=/usr/sbin:/usr/bin:/sbin:/bin /lib/systemd/systemd
   fi
   mkdir -p /run/runit/supervise /run/sshd
+  # runit services log through svlogd into /var/log/runit/NAME (sshd: one
+  # line per login); keep that in RAM, like the systemd hosts' journal, so a
+  # login leaves no trace in the upper dir. The log dirs must exist.
+  local logs; logs=$(ls /var/log/runit)
+  mount -t tmpfs -o mode=755 tmpfs /var/log/runit
+  for n in $logs; do mkdir "/var/log/runit/$n"; done
   # runsvdir reaps every child, so it is a valid PID 1; Debian already ships
   # and enables /etc/service/ssh.
   exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -362,32 +393,34 @@ host_init() {  # STATE hN INIT
 # ======================================================================
 
 write_files() {  # N: client files for hosts 1..N, each written to .tmp and renamed
-  local n=$1 i ip os init k=$STATE/id_ed25519
+  local n=$1 i f os init t key role k=$STATE/id_ed25519
   { echo "# generated by lab.sh; use inside the lab: lab.sh exec ssh -F $STATE/ssh_config h1"
     for i in $(seq 1 "$n"); do
-      printf 'Host h%s %s\n  HostName %s\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n' "$i" "$(ip_of "$i")" "$(ip_of "$i")" "$k"
+      printf 'Host h%s %s\n  HostName %s\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n' "$i" "$NET.$((10 + i))" "$NET.$((10 + i))" "$k"
       printf '  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n' "$STATE/known_hosts"
       printf '  BatchMode yes\n  ConnectTimeout 10\n  LogLevel ERROR\n'
     done
   } >"$STATE/ssh_config.tmp"
   for i in $(seq 1 "$n"); do
-    echo "h$i,$(ip_of "$i") $(cut -d' ' -f1,2 "$(hostdir "$i")/upper/etc/ssh/ssh_host_ed25519_key.pub")"
+    read -r t key _ <"$H/h$i/upper/etc/ssh/ssh_host_ed25519_key.pub"
+    echo "h$i,$NET.$((10 + i)) $t $key"
   done >"$STATE/known_hosts.tmp"
   { echo "[lab]"
-    for i in $(seq 1 "$n"); do echo "h$i ansible_host=$(ip_of "$i")"; done
+    for i in $(seq 1 "$n"); do echo "h$i ansible_host=$NET.$((10 + i))"; done
     printf '[lab:vars]\nansible_user=root\nansible_python_interpreter=/usr/bin/python3\n'
     printf "ansible_ssh_common_args='-F %s'\n" "$STATE/ssh_config"
   } >"$STATE/inventory.ini.tmp"
   { printf 'apiVersion: zarf.dev/v1alpha1\nkind: ZarfCluster\nmetadata:\n  name: lab\nspec:\n'
     printf '  config:\n    loadbalancer: h1.lab.internal\n  hosts:\n'
     for i in $(seq 1 "$n"); do   # h1 is the (only) controller, all others are workers
+      role=worker; [ "$i" != 1 ] || role=controller
       printf '    - role: %s\n      ssh:\n        address: %s\n        user: root\n        keyPath: %s\n' \
-        "$([ "$i" = 1 ] && echo controller || echo worker)" "$(ip_of "$i")" "$k"
+        "$role" "$NET.$((10 + i))" "$k"
     done
   } >"$STATE/cluster.yaml.tmp"
   for i in $(seq 1 "$n"); do
-    read -r os init <"$(hostdir "$i")/flavour"
-    printf 'h%s\t%s\t%s\t%s\n' "$i" "$(ip_of "$i")" "$os" "$init"
+    read -r os init <"$H/h$i/flavour"
+    printf 'h%s\t%s\t%s\t%s\n' "$i" "$NET.$((10 + i))" "$os" "$init"
   done >"$STATE/hosts.tsv.tmp"
   for f in ssh_config known_hosts inventory.ini cluster.yaml hosts.tsv; do mv "$STATE/$f.tmp" "$STATE/$f"; done
 }
@@ -396,10 +429,15 @@ write_files() {  # N: client files for hosts 1..N, each written to .tmp and rena
 # Commands
 # ======================================================================
 
-lock() {  # serialise up/down/purge/link of one prefix
+lock() {  # serialise up/down/purge of one prefix
   mkdir -p "$RUN/labs"
   exec 9>"$RUN/$PREFIX.lock"; flock 9
 }
+# Serialises what all labs share: the registry $RUN/labs (who is up), the
+# inotify sysctl, and /run/netns (created by the first `ip netns add`,
+# unmounted by the last `down`).
+machine_lock() { exec 7>"$RUN/machine.lock"; flock 7; }
+machine_unlock() { exec 7>&-; }
 
 # Raise fs.inotify.max_user_instances for systemd hosts: each systemd holds
 # ~5 inotify instances and the limit (default 128) counts every root process
@@ -412,7 +450,7 @@ raise_inotify() {
 }
 
 cmd_up() {
-  local n=${1:-} i h os init t0=$EPOCHREALTIME fl=() need=() cur ready p states bad=""
+  local n=${1:-} i h k os init t0=$EPOCHREALTIME fl=() need=() cur ready p states bad="" ips
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "usage: lab.sh up N (N = 1..200)"
   local -a oses inits
   IFS=, read -ra oses <<<"${LAB_OS:-debian}"
@@ -421,14 +459,14 @@ cmd_up() {
   for init in "${inits[@]}"; do [[ $init =~ ^(systemd|runit)$ ]] || die "LAB_INIT: unknown '$init' (systemd|runit)"; done
   for i in $(seq 1 "$n"); do fl[i]="${oses[(i - 1) % ${#oses[@]}]} ${inits[(i - 1) % ${#inits[@]}]}"; done
   mapfile -t need < <(printf '%s\n' "${fl[@]}" | sort -u)
-  [[ " ${need[*]} " != *" systemd "* ]] || [ -n "$(cg2)" ] || die "systemd hosts need a cgroup2 mount (findmnt -t cgroup2)"
+  [ -n "$CG2" ] || die "no cgroup2 mount (findmnt -t cgroup2): hosts need their own cgroup"
   lock
   ensure_images "${need[@]}"
-  mkdir -p "$STATE/hosts" "$(cg2)/$CGNAME"
-  echo "$STATE $CACHE" >"$RUN/labs/$PREFIX"
+  mkdir -p "$STATE/hosts" "$CG2/$CGNAME"
   for k in ed25519 ecdsa rsa; do
     [ -f "$STATE/id_$k" ] || ssh-keygen -q -t "$k" -N '' -C "cargoship-lab-$PREFIX" -f "$STATE/id_$k"
   done
+  machine_lock
   if [ ! -e "/run/netns/$LABNS" ]; then
     for h in $(hosts); do host_down "${h#h}"; done   # their veths died with the old lab
     ip netns add "$LABNS"
@@ -440,6 +478,9 @@ cmd_up() {
     ip -n "$LABNS" addr add "$NET.1/24" dev "$BR"
     ip -n "$LABNS" link set "$BR" up
   fi
+  echo "$STATE $CACHE" >"$RUN/labs/$PREFIX"
+  [[ " ${need[*]} " != *" systemd "* ]] || raise_inotify
+  machine_unlock
   # declarative: exactly hosts 1..N, each of the requested flavour, running,
   # with its veth still on the bridge; everything else is (re)created
   cur=" $(ip -n "$LABNS" -o link show master "$BR" | awk -F': ' '{print $2}' | sed 's/@.*//' | tr '\n' ' ') "
@@ -447,19 +488,28 @@ cmd_up() {
     i=${h#h}
     if [ "$i" -gt "$n" ]; then host_down "$i"; fi
   done
-  [[ " ${need[*]} " != *" systemd "* ]] || raise_inotify
+  local todo=() f
   for i in $(seq 1 "$n"); do
-    if running "$i" && [ "$(cat "$(hostdir "$i")/flavour" 2>/dev/null)" = "${fl[i]}" ] \
-      && [[ $cur == *" ${PREFIX}v$i "* ]]; then continue; fi
-    # shellcheck disable=SC2086  # fl[i] is "OS INIT"
-    host_up "$i" ${fl[i]}
+    f=; [ ! -f "$H/h$i/flavour" ] || f=$(<"$H/h$i/flavour")
+    if running "$i" && [ "$f" = "${fl[i]}" ] && [[ $cur == *" ${PREFIX}v$i "* ]]; then continue; fi
+    todo+=("$i")
+    host_down "$i"   # clear leftovers of a crashed or wrong-flavour host
   done
+  # seed in parallel (ssh-keygen dominates), then wire up and start in order
+  # shellcheck disable=SC2086  # fl[i] is "OS INIT"
+  local seeding=()
+  for i in "${todo[@]}"; do host_seed "$i" ${fl[i]} & seeding+=($!); done
+  for p in "${seeding[@]}"; do wait "$p" || die "preparing a host's upper dir failed"; done
+  for i in "${todo[@]}"; do host_start "$i" "${fl[i]#* }"; done
   write_files "$n"
-  # wait from inside the lab until every sshd accepts connections
-  local ips; ips=$(for i in $(seq 1 "$n"); do ip_of "$i"; done | tr '\n' ' ')
-  in_lab timeout 60 bash -c 'for ip in '"$ips"'; do
-      until (exec 3<>"/dev/tcp/$ip/22") 2>/dev/null; do sleep 0.05; done; done' \
-    || die "sshd did not come up within 60 s; see $STATE/hosts/h*/console.log"
+  # Wait from inside the lab until every sshd accepts connections; a host
+  # whose unshare died meanwhile (e.g. a mount failed in _init) is reported
+  # at once instead of after the timeout (/proc is the machine's in the lab).
+  ips=$(for i in $(seq 1 "$n"); do echo "h$i:$NET.$((10 + i)):$(unshare_pid "$i")"; done | tr '\n' ' ')
+  in_lab timeout 60 bash -c 'for x in '"$ips"'; do IFS=: read -r h ip p <<<"$x"
+      until (exec 3<>"/dev/tcp/$ip/22") 2>/dev/null; do
+        [ -e "/proc/$p" ] || { echo "$h died while booting" >&2; exit 1; }; sleep 0.05; done; done' \
+    || die "sshd did not come up within 60 s; see $STATE/hosts/hN/console.log"
   # systemd hosts: wait (bounded) until boot finished, so tests can start at
   # once. nsenter into the host's mount+pid ns: no ssh handshake needed.
   states=$(for i in $(seq 1 "$n"); do
@@ -471,13 +521,16 @@ cmd_up() {
     done; wait)
   for h in $states; do [[ $h == *:running || $h == *:degraded ]] || bad+=" $h"; done
   [ -z "$bad" ] || die "systemd hosts not running after 60 s:$bad (see lab.sh ssh I systemctl --failed)"
-  log "$n host(s) up in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s ($(printf '%s\n' "${fl[@]}" | sort | uniq -c | awk '{printf "%s%d %s/%s", NR > 1 ? ", " : "", $1, $2, $3}')); files in $STATE; clients: $SELF exec ..."
+  log "$n host(s) up in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s ($(printf '%s\n' "${fl[@]}" | sort | uniq -c | awk '{printf "%s%d %s/%s", (NR > 1 ? ", " : ""), $1, $2, $3}')); files in $STATE; clients: $SELF exec ..."
 }
 
 cmd_down() {
   local h i cg
   lock
-  cg=$(cg2)
+  cg=$CG2
+  # kill all hosts at once first, so their teardowns overlap (systemd hosts
+  # take ~80 ms each to die); host_down then finds them dead
+  [ -z "$cg" ] || [ ! -e "$cg/$CGNAME/cgroup.kill" ] || echo 1 >"$cg/$CGNAME/cgroup.kill" 2>/dev/null || true
   # hosts with a state dir, plus any netns or cgroup of our prefix whose
   # state was lost
   for i in $( { hosts | sed 's/^h//'
@@ -492,6 +545,7 @@ cmd_down() {
   rm -f "$STATE"/{ssh_config,known_hosts,inventory.ini,cluster.yaml,hosts.tsv}{,.tmp} \
     "$STATE"/id_{ed25519,ecdsa,rsa}{,.pub}
   rmdir "$STATE/hosts" "$STATE" 2>/dev/null || true
+  machine_lock
   rm -f "$RUN/labs/$PREFIX"
   # machine-wide leftovers, only when no other lab is up any more
   for h in "$RUN"/labs/*; do   # forget labs whose netns is gone (e.g. killed mid-way)
@@ -506,7 +560,9 @@ cmd_down() {
   if [ -d /run/netns ] && [ -z "$(ls -A /run/netns)" ]; then
     umount /run/netns 2>/dev/null || true; rmdir /run/netns 2>/dev/null || true
   fi
-  rm -f "$RUN/$PREFIX.lock"
+  machine_unlock
+  # the lock file in $RUN stays: removing it could let two waiters lock
+  # different inodes
 }
 
 cmd_purge() {
@@ -529,14 +585,14 @@ cmd_status() {
     if p=$(pid1 "$i"); then
       link=$(ip -n "$LABNS" -o link show "${PREFIX}v$i" 2>/dev/null | grep -q 'state UP' && echo up || echo down)
       st="up pid1=$p link=$link"
-      if in_lab timeout 1 bash -c "exec 3<>/dev/tcp/$(ip_of "$i")/22" 2>/dev/null; then st+=" sshd=ok"; else st+=" sshd=no"; fi
+      if in_lab timeout 1 bash -c "exec 3<>/dev/tcp/$NET.$((10 + i))/22" 2>/dev/null; then st+=" sshd=ok"; else st+=" sshd=no"; fi
     fi
-    printf '%-4s %-15s %-15s %s\n' "$h" "$(ip_of "$i")" "$(cat "$STATE/hosts/$h/flavour" 2>/dev/null)" "$st"
+    printf '%-4s %-15s %-15s %s\n' "$h" "$NET.$((10 + i))" "$(cat "$STATE/hosts/$h/flavour" 2>/dev/null)" "$st"
   done
 }
 
 need_host() {  # I: validate a host index that exists
-  [[ ${1:-} =~ ^[0-9]+$ ]] && [ -d "$(hostdir "$1")" ] || die "no host h${1:-?} in this lab"
+  [[ ${1:-} =~ ^[0-9]+$ ]] && [ -d "$H/h$1" ] || die "no host h${1:-?} in this lab"
 }
 
 usage() { sed -n '2,/^# Needs/p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -550,7 +606,7 @@ case $cmd in
   status) cmd_status ;;
   exec) [ $# -gt 0 ] || usage; [ -e "/run/netns/$LABNS" ] || die "lab is down"; in_lab "$@" ;;
   ssh) need_host "${1:-}"; i=$1; shift; in_lab ssh -F "$STATE/ssh_config" "h$i" "$@" ;;
-  upper) need_host "${1:-}"; echo "$(hostdir "$1")/upper" ;;
+  upper) need_host "${1:-}"; echo "$H/h$1/upper" ;;
   pid) need_host "${1:-}"; pid1 "$1" || die "h$1 is not running"; echo ;;
   link)
     need_host "${1:-}"; [[ ${2:-} =~ ^(up|down)$ ]] || usage
