@@ -2,6 +2,7 @@
 local args = require "cargoship.cli.args"
 local validate = require "cargoship.commands.validate"
 local context = require "cargoship.pipeline.context"
+local custom = require "cargoship.pipeline.custom"
 local progress = require "cargoship.pipeline.progress"
 local report = require "cargoship.pipeline.report"
 local runner = require "cargoship.pipeline.runner"
@@ -72,6 +73,8 @@ M.options = {
     help = "per host: give up connecting after DURATION" },
   { long = "max-clock-skew", value = "DURATION", check = args.checks.duration, default = 30,
     help = "fail hosts whose clock is further than DURATION from the median host clock" },
+  { long = "phases", value = "DIR", check = args.checks.nonempty,
+    help = "add the custom phases in DIR/*.lua, each placed where it says (docs/phases.md)" },
 }
 M.arguments = { { name = "CLUSTER" } }
 M.keeps_log = true
@@ -102,20 +105,21 @@ function M.apply_options(ctx, a)
     host_key_policy = o.host_key_policy,
     ssh_timeout = o.ssh_timeout,
     max_clock_skew = o.max_clock_skew,
+    phases_dir = o.phases,
   }
 end
 
 -- One pass of the pipeline over fresh Host objects: a dry run (the plan) or the real run.
 -- `late(report)` prints a report that was finished after an interruption (see runner.run).
 -- -> report, the pass's context
-local function pass(ctx, cluster, o, phases, dry_run, deadline, late)
+local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late)
   local loop = require "cargoship.loop"
   local pctx = context.new { cluster = cluster, options = o, log = ctx.log, dry_run = dry_run, now = ctx.now,
     env = ctx.env }
   pctx.distro = o.distro_package
   local prog = progress.new { stream = ctx.stderr, tty = ctx.isatty and ctx.isatty.stderr,
     enabled = ctx.log:enabled("info"), logger = ctx.log, now = loop.now }
-  local rep = runner.run(pctx, phases, { pipeline = M.pipeline, progress = prog, deadline = deadline,
+  local rep = runner.run(pctx, phases, { pipeline = pipeline, progress = prog, deadline = deadline,
     timeout = o.timeout, on_late_report = late })
   -- the plan's disconnect only says it would disconnect; no session may outlive its pass
   if rep.final and pctx.transport then pctx.transport:close_all() end
@@ -171,17 +175,24 @@ local function run_pipeline(ctx, cluster, o)
     end
     error(err, 0) -- a phase that breaks the contract is a bug of this build
   end
+  -- custom phases load (and fail on a syntax error) before any host is touched
+  local pipeline
+  phases, pipeline = custom.extend(phases, M.pipeline, { cluster = cluster, dir = o.phases_dir, log = ctx.log })
+  if not phases then
+    ctx.stderr:write("cargoship: ", pipeline, "\n")
+    return ctx.exit.failure
+  end
   local loop = require "cargoship.loop"
   local deadline = o.timeout and loop.now() + o.timeout or nil
 
   if o.dry_run then
-    local rep = pass(ctx, cluster, o, phases, true, deadline, function(r) emit(ctx, o, r) end)
+    local rep = pass(ctx, cluster, o, phases, pipeline, true, deadline, function(r) emit(ctx, o, r) end)
     if not rep.final then return ctx.exit.interrupted end
     emit(ctx, o, rep)
     return report.exit_code(rep, ctx.exit)
   end
 
-  local plan = pass(ctx, cluster, o, phases, true, deadline, function(r)
+  local plan = pass(ctx, cluster, o, phases, pipeline, true, deadline, function(r)
     if o.output == "json" then emit(ctx, o, report.stopped(r, "interrupted", "interrupted while making the plan"))
     else emit(ctx, o, r, "Plan") end
   end)
@@ -210,7 +221,7 @@ local function run_pipeline(ctx, cluster, o)
   end
   -- the operator's time to answer is not apply's: the real run gets the whole --timeout
   deadline = o.timeout and loop.now() + o.timeout or nil
-  local rep, pctx = pass(ctx, cluster, o, phases, false, deadline, function(r)
+  local rep, pctx = pass(ctx, cluster, o, phases, pipeline, false, deadline, function(r)
     r.plan = plan
     emit(ctx, o, r)
   end)

@@ -23,6 +23,9 @@
 --           options = {k = "v"}, bastion = nil | <ssh connection>, config_path,
 --           disable_multiplexing},
 --       source = {file, line, col, path = "spec.hosts[0]"}}
+--   cluster.phases[i] = {file (as written), path (relative to the cluster file's directory),
+--       placement = "before"|"after"|"replace", anchor = phase id, source = {file, line, col,
+--       path, file_at, anchor_at}}   (config/phases.lua; loaded by cargoship.pipeline.custom)
 --   <engine>  = {labels = {k = "v"}, taints = {"key=value:Effect", ..}}
 --   <hostcfg> = {ports = {{port = "6443"|"30000-32767", from, to, protocol}},
 --       firewall = {rules = {{key, name, action, direction, source, destination, ingress,

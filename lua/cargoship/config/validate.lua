@@ -4,6 +4,7 @@ local check = require "cargoship.config.check"
 local errors = require "cargoship.config.errors"
 local hosts = require "cargoship.config.hosts"
 local net = require "cargoship.config.net"
+local phases = require "cargoship.config.phases"
 local profiles = require "cargoship.config.profiles"
 local registries = require "cargoship.config.registries"
 
@@ -75,7 +76,7 @@ end
 local function spec(ctx, doc, cluster)
   local s = check.mapping(ctx, doc, "spec", "", { required = true })
   if not s then return end
-  check.fields(ctx, s, "spec", { "config", "hosts" }, SPEC_HINTS)
+  check.fields(ctx, s, "spec", { "config", "hosts", "phases" }, SPEC_HINTS)
   local cfg = check.mapping(ctx, s, "config", "spec", { required = true })
   local cpath = "spec.config"
   if cfg then
@@ -86,12 +87,14 @@ local function spec(ctx, doc, cluster)
     cluster.values = check.mapping(ctx, cfg, "values", cpath) or {}
   end
   cluster.hosts = hosts.decode(ctx, s, "spec", cluster.profiles)
+  cluster.phases = phases.decode(ctx, s, "spec")
 end
 
 -- ctx = {file, errs (collector), expanded}. Returns the cluster table (partial when
 -- ctx.errs has entries).
 function M.document(ctx, doc)
-  local cluster = { file = ctx.file, raw = doc, profiles = {}, registries = {}, values = {}, hosts = {} }
+  local cluster = { file = ctx.file, raw = doc, profiles = {}, registries = {}, values = {}, hosts = {},
+    phases = {} }
   local k = errors.kind_of(doc)
   if k ~= "mapping" then
     ctx.errs:at_node(doc, "", "expected a mapping at the top of the document, got " .. describe(doc))
