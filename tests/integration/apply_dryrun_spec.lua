@@ -32,9 +32,10 @@ local UPPER_IGNORE = {}
 -- TMPFS_IGNORE: on the RAM filesystems only journald's volatile journal changes, because
 -- sshd logs every login ("Accepted publickey ...") to it on the systemd hosts. Nothing else:
 -- /run/utmp and the lab's wtmp/lastlog only change for sessions with a pty, which cargoship
--- never asks for, and pam_motd rewrites /run/motd.dynamic with the same bytes (mtimes are not
--- compared here for that reason).
-local TMPFS_IGNORE = { "^/run/log/journal/" }
+-- never asks for. pam_motd writes /run/motd.dynamic at every login: the same bytes each
+-- time (mtimes are not compared here for that reason), but the very first login to a fresh
+-- host creates it, so it is ignored too; cargoship never writes it.
+local TMPFS_IGNORE = { "^/run/log/journal/", "^/run/motd%.dynamic$" }
 
 local VERDICTS = { ran = true, own = true, would_act = true, nothing_to_do = true, unassessed = true,
   failed = true, skipped = true, interrupted = true }

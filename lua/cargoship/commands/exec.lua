@@ -1,4 +1,5 @@
 -- cargoship.commands.exec: runs one command on many hosts at once, output prefixed by host.
+local lines = require "cargoship.lines"
 local args = require "cargoship.cli.args"
 local validate = require "cargoship.commands.validate"
 local pool = require "cargoship.pool"
@@ -38,32 +39,12 @@ M.options = {
 }
 M.arguments = { { name = "CLUSTER" }, { name = "COMMAND", rest = true } }
 
--- Splits a stream into whole lines per host, so hosts' lines never interleave mid-line.
-local function line_writer(out, prefix)
-  local pending = ""
-  local w = {}
-  function w.feed(chunk)
-    pending = pending .. chunk
-    local last = 1
-    for line, stop in pending:gmatch("([^\n]*)\n()") do
-      out:write(prefix, line, "\n")
-      last = stop
-    end
-    pending = pending:sub(last)
-  end
-  function w.flush()
-    if pending ~= "" then out:write(prefix, pending, "\n") end
-    pending = ""
-  end
-  return w
-end
-
 local function run_on(ctx, t, host, command, o, width)
   local prefix = string.format("%-" .. width .. "s | ", host.name)
   local conn, err, code = t:connect(host.connection, host.name)
   if not conn then return nil, err, code end
-  local out = line_writer(ctx.stdout, prefix)
-  local errw = line_writer(ctx.stderr, prefix)
+  local out = lines.writer(ctx.stdout, prefix)
+  local errw = lines.writer(ctx.stderr, prefix)
   local _, cerr, status = conn:exec(command, {
     sudo = o.sudo, timeout = o.timeout,
     on_stdout = out.feed, on_stderr = errw.feed,

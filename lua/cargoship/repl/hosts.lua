@@ -4,6 +4,7 @@
 -- facts, config, os; :run and :probe print what the command prints and return stdout,
 -- stderr, exit code; the other Host methods pass through. Every write still goes through
 -- the Host, which refuses it while its dry_run flag is up (the repl's read-only mode).
+local lines = require "cargoship.lines"
 local pool = require "cargoship.pool"
 
 local M = {}
@@ -27,26 +28,6 @@ local function host_of(self, method)
   return h
 end
 
--- Whole lines, each with prefix, so concurrent hosts never interleave mid-line.
-local function line_writer(out, prefix)
-  local pending = ""
-  local w = {}
-  function w.feed(chunk)
-    pending = pending .. chunk
-    local last = 1
-    for line, stop in pending:gmatch("([^\n]*)\n()") do
-      out:write(prefix, line, "\n")
-      last = stop
-    end
-    pending = pending:sub(last)
-  end
-  function w.flush()
-    if pending ~= "" then out:write(prefix, pending, "\n") end
-    pending = ""
-  end
-  return w
-end
-
 -- Runs cmd through the Host's `method` with its output printed as it comes.
 local function exec(self, method, cmd, opts, prefix)
   local h = host_of(self, method)
@@ -54,7 +35,7 @@ local function exec(self, method, cmd, opts, prefix)
   local io_ = M.io[self]
   local o = {}
   for k, v in pairs(opts or {}) do o[k] = v end
-  local out, err = line_writer(io_.stdout, prefix or ""), line_writer(io_.stderr, prefix or "")
+  local out, err = lines.writer(io_.stdout, prefix or ""), lines.writer(io_.stderr, prefix or "")
   -- what streams to a callback is not returned as well: keep our own copy
   local got_out, got_err = {}, {}
   o.on_stdout = function(chunk) got_out[#got_out + 1] = chunk; out.feed(chunk) end
