@@ -382,7 +382,6 @@ static int l_ssh_connect(lua_State *L) {
 
 static int agent_k(lua_State *L, int status, lua_KContext ctx);
 
-/* session:agent_auth(user, timeout) -> true | nil, msg, "auth" */
 static int agent_try(lua_State *L, cs_ssh *ss, LIBSSH2_AGENT *ag, double deadline) {
   struct libssh2_agent_publickey *id = lua_touserdata(L, 4);
   const char *user = luaL_checkstring(L, 2);
@@ -425,15 +424,19 @@ static int agent_k(lua_State *L, int status, lua_KContext ctx) {
   return agent_try(L, ss, ag, lua_tonumber(L, 3));
 }
 
+/* session:agent_auth(user, timeout, socket) -> true | nil, msg, "auth"|"timeout"
+ * socket: the agent's socket path; default SSH_AUTH_SOCK. */
 static int l_ssh_agent_auth(lua_State *L) {
   cs_ssh *ss = cs_ssh_check(L, 1);
   luaL_checkstring(L, 2);
   double timeout = luaL_optnumber(L, 3, 30);
-  lua_settop(L, 2);
-  lua_pushnumber(L, cs_now() + timeout);
+  const char *sock = luaL_optstring(L, 4, NULL);
   LIBSSH2_AGENT *ag = libssh2_agent_init(ss->s);
   struct libssh2_agent_publickey *id = NULL;
   if (!ag) return luaL_error(L, "ssh: out of memory");
+  if (sock) libssh2_agent_set_identity_path(ag, sock);  /* copied by libssh2 */
+  lua_settop(L, 2);
+  lua_pushnumber(L, cs_now() + timeout);
   if (libssh2_agent_connect(ag) != 0 || libssh2_agent_list_identities(ag) != 0 ||
       libssh2_agent_get_identity(ag, &id, NULL) != 0) {
     libssh2_agent_free(ag);

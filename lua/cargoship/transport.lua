@@ -9,6 +9,7 @@ local ssh = require "cargoship.ssh"
 local util = require "cargoship.util"
 local shell = require "cargoship.shell"
 local keys = require "cargoship.ssh.keys"
+local agent = require "cargoship.ssh.agent"
 
 local M = {}
 
@@ -51,6 +52,7 @@ function M.new(opts)
     bastions = {},
     connections = {},
     collections = {},
+    agents = {},
   }, Transport)
   return self
 end
@@ -69,6 +71,12 @@ end
 local POLICIES = { yes = "strict", strict = "strict", ["accept-new"] = "accept-new", no = "off", off = "off" }
 
 -- The host's own ssh options may name another known_hosts file or policy, as ssh_config does.
+local function option(c, name)
+  for k, v in pairs(c.options or {}) do
+    if k:lower() == name then return tostring(v) end
+  end
+end
+
 local function host_key_settings(self, c)
   local o = c.options or {}
   local path, policy = self.known_hosts_path, self.policy
@@ -83,8 +91,10 @@ local function host_key_settings(self, c)
   return path, policy
 end
 
--- What a key file is, read once per run; RSA refused with the ways out.
-function Transport:key(path)
+-- What a key file is, read once per run; RSA refused with the ways out. An encrypted key's
+-- passphrase comes from the environment variable the host's ssh options name
+-- (IdentityPassphraseEnv), else from the transport's passphrase source.
+function Transport:key(path, passphrase_env)
   local info = self.key_info[path]
   if info then return info end
   local f, err = io.open(path, "rb")
@@ -98,12 +108,22 @@ function Transport:key(path)
     elseif k.type == "rsa" or k.type == "dsa" then info = { err = "key " .. path .. ": " .. keys.RSA_MESSAGE }
     else info = k end
     if info.encrypted then
-      local pass = self.passphrase and self.passphrase(path)
+      local pass = passphrase_env and self.env(passphrase_env)
+      if not pass or pass == "" then pass = self.passphrase and self.passphrase(path) end
       if not pass then
         info = { err = "key " .. path .. " is encrypted and no passphrase was given "
           .. "(set CARGOSHIP_SSH_PASSPHRASE, run on a terminal, or use ssh-agent)" }
       else
-        info.passphrase = pass
+        -- decrypted once into a private agent; libssh2 would decrypt it again per host
+        local a, aerr = agent.start(path, pass)
+        if a then
+          info.agent = a
+          self.agents[#self.agents + 1] = a
+        elseif aerr and aerr:find("^ssh%-add") then
+          info = { err = aerr }
+        else
+          info.passphrase = pass   -- no ssh-agent here: libssh2 decrypts per host, slower
+        end
       end
     end
   end
@@ -130,7 +150,7 @@ local function open_session(self, params, endpoint)
     self.startups:acquire()
     local s, err, code = ssh.connect(params)
     if s and not params.key_path then
-      local ok, aerr, acode = s:agent_auth(params.user, params.timeout)
+      local ok, aerr, acode = s:agent_auth(params.user, params.timeout, params.agent_socket)
       if not ok then
         s:close()
         s, err, code = nil, aerr, acode
@@ -162,9 +182,13 @@ local function params_for(self, c, name)
   }
   if c.key_path then
     local path = expand_home(c.key_path, self.env)
-    local info = self:key(path)
+    local info = self:key(path, option(c, "identitypassphraseenv"))
     if info.err then return nil, name .. ": auth: " .. info.err, "auth" end
-    p.key_path, p.passphrase = path, info.passphrase
+    if info.agent then
+      p.agent_socket = info.agent.socket
+    else
+      p.key_path, p.passphrase = path, info.passphrase
+    end
   elseif not self.env("SSH_AUTH_SOCK") then
     local home = self.env("HOME") or ""
     for _, k in ipairs { "id_ed25519", "id_ecdsa" } do
@@ -173,10 +197,14 @@ local function params_for(self, c, name)
       if f then
         f:close()
         local info = self:key(path)
-        if not info.err then p.key_path, p.passphrase = path, info.passphrase break end
+        if not info.err then
+          if info.agent then p.agent_socket = info.agent.socket
+          else p.key_path, p.passphrase = path, info.passphrase end
+          break
+        end
       end
     end
-    if not p.key_path then
+    if not p.key_path and not p.agent_socket then
       return nil, name .. ": auth: no keyPath given, no ssh-agent (SSH_AUTH_SOCK) and no "
         .. "~/.ssh/id_ed25519 or id_ecdsa", "auth"
     end
@@ -245,6 +273,11 @@ end
 function Transport:close_all()
   for i = #self.connections, 1, -1 do self.connections[i]:close() end
   self.connections = {}
+  for _, a in ipairs(self.agents) do a:stop() end
+  self.agents = {}
+  for path, info in pairs(self.key_info) do
+    if info.agent then self.key_info[path] = nil end
+  end
 end
 
 -- ---- connections ------------------------------------------------------------------------

@@ -128,6 +128,59 @@ describe("ssh transport on the lab", function()
     assert.matches("agent", err, 1, true)
   end)
 
+  it("decrypts an encrypted key once per run, into a private agent, for every host", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    lab.sh("mkdir -p " .. dir .. " && ssh-keygen -q -t ed25519 -N 'pass phrase' -f " .. dir .. "/k")
+    local pub = io.open(dir .. "/k.pub"):read("a")
+    local hosts = { table.unpack(lab.hosts(), 1, 6) }
+    run(function()
+      local t = new_transport()
+      for _, h in ipairs(hosts) do
+        local c = assert(t:connect(lab.conn(h), h.name))
+        assert(c:check("cat >> /etc/ssh/authorized_keys/root", { stdin = pub }))
+      end
+      t:close_all()
+      local asked = 0
+      local tp = new_transport {
+        passphrase = function() error("the passphrase must come from the variable the options name") end,
+        env = function(name)
+          if name == "LAB_KEY_PASS" then asked = asked + 1; return "pass phrase" end
+          return os.getenv(name)
+        end,
+      }
+      local pool = require "cargoship.pool"
+      local r = pool.map(hosts, 6, function(h)
+        local conn = lab.conn(h, { key_path = dir .. "/k", options = { IdentityPassphraseEnv = "LAB_KEY_PASS" } })
+        local c = assert(tp:connect(conn, h.name))
+        return (c:exec("hostname"))
+      end)
+      for i, h in ipairs(hosts) do
+        assert.is_true(r[i].ok, tostring(r[i].err))
+        assert.are.equal(h.name .. "\n", r[i][1])
+      end
+      assert.are.equal(1, asked)
+      assert.are.equal(1, #tp.agents)
+      local agent_dir = tp.agents[1].dir
+      tp:close_all()
+      assert.is_nil(io.open(agent_dir .. "/agent.sock"), "the agent's directory outlived the run")
+      -- a wrong passphrase is a clear auth error
+      local bad = new_transport { passphrase = function() return "wrong" end }
+      local _, err, code = bad:connect(lab.conn(hosts[1], { key_path = dir .. "/k" }), hosts[1].name)
+      assert.are.equal("auth", code)
+      assert.matches("ssh-add", err, 1, true)
+      -- and the lab's hosts forget the key again
+      t = new_transport()
+      for _, h in ipairs(hosts) do
+        local c = assert(t:connect(lab.conn(h), h.name))
+        assert(c:check("sed -i '/ pass@/d; /" .. pub:match("AAAA%S+"):sub(1, 40):gsub("/", "\\/") .. "/d' "
+          .. "/etc/ssh/authorized_keys/root"))
+      end
+      t:close_all()
+    end)
+    lab.sh("rm -rf " .. dir)
+  end)
+
   it("authenticates with an ecdsa key", function()
     local h = lab.host(1)
     local out = run(function()
