@@ -33,9 +33,12 @@ function M.load(type_name)
   return nil, string.format("unknown engine type %q (known: %s)", tostring(type_name), table.concat(M.TYPES, ", "))
 end
 
+-- Builtins only until the binary itself runs: no subshell, no `exit`, so host:probes can
+-- run it in the batch's own shell (a dry run sends this to every host).
 function Engine:version_probe()
-  return string.format('for b in %s; do if [ -x "$b" ]; then "$b" --version; exit $?; fi; done\n'
-    .. 'b=$(command -v %s) && "$b" --version', shell.words(table.unpack(self.binary_paths)),
+  return string.format('cs_b=; for b in %s; do if [ -x "$b" ]; then cs_b=$b; break; fi; done\n'
+    .. 'if [ -n "$cs_b" ]; then "$cs_b" --version; elif command -v %s >/dev/null 2>&1; then %s --version; '
+    .. 'else false; fi', shell.words(table.unpack(self.binary_paths)), shell.words(self.binary),
     shell.words(self.binary))
 end
 

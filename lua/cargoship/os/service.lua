@@ -75,7 +75,7 @@ end
 -- nothing in it needs quoting. Tools are looked up in the usual directories, not PATH:
 -- a non-root login on Debian has no /usr/sbin in its PATH.
 M.PROBE = [[
-printf 'comm=%s\n' "$(cat /proc/1/comm 2>/dev/null)"
+c=; read -r c < /proc/1/comm 2>/dev/null; printf 'comm=%s\n' "$c"
 printf 'cmdline=%s\n' "$(tr '\000' ' ' </proc/1/cmdline 2>/dev/null)"
 [ -d /run/systemd/system ] && echo systemd_booted=yes
 for c in systemctl sv rc-service; do

@@ -19,7 +19,7 @@ local M = {
 -- Constant commands: nothing host-specific reaches the shell here.
 M.PROBES = {
   os_release = "cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release",
-  kernel = "uname -s; uname -r; uname -m",
+  kernel = "uname -s -r -m | { read -r s r m; printf '%s\\n%s\\n%s\\n' \"$s\" \"$r\" \"$m\"; }",
   init = service.PROBE,
 }
 

@@ -8,6 +8,7 @@
 -- newer than the package) fails that host unless ctx.options.allow_downgrade.
 -- ctx.state.leader = first controller whose controller service runs, else first controller;
 -- ctx.state.engine_running = some controller's service runs; ctx.state.engine_type.
+local shell = require "cargoship.shell"
 local engine = require "distros.engine"
 
 local M = {
@@ -27,7 +28,10 @@ function M.probes(host)
   for _, t in ipairs(engine.TYPES) do
     local e = engine.load(t)
     p[t .. "_version"] = e:version_probe()
-    p[t .. "_active"] = e:service_active_probe(host.role, host.os)
+    -- asking the service manager (systemctl is costly) only where the engine is installed
+    p[t .. "_active"] = string.format('cs_has=; for b in %s; do [ -x "$b" ] && cs_has=1; done\n'
+      .. 'if [ -n "$cs_has" ] || command -v %s >/dev/null 2>&1; then %s; else false; fi',
+      shell.words(table.unpack(e.binary_paths)), shell.quote(e.binary), e:service_active_probe(host.role, host.os))
   end
   return p
 end

@@ -31,7 +31,7 @@ M.PROBES = {
   firewall = firewall.PROBE,
   -- hostname -f asks the resolver; a dead DNS must not stall the whole probe
   fqdn = "timeout 3 hostname -f",
-  hostname = "uname -n",
+  hostname = "read -r h < /proc/sys/kernel/hostname && printf '%s\\n' \"$h\"",
   route4 = "ip -o route show",
   route6 = "ip -6 -o route show",
 }

@@ -88,8 +88,22 @@ describe("engine commands", function()
   end)
 
   it("probe the version at the known paths, then PATH", function()
-    assert.equal("for b in '/usr/local/bin/rke2' '/usr/bin/rke2'; do if [ -x \"$b\" ]; then \"$b\" --version;"
-      .. " exit $?; fi; done\nb=$(command -v 'rke2') && \"$b\" --version", rke2:version_probe())
+    -- run for real: a fake rke2 on PATH answers; without one the probe fails quietly
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir " .. dir .. " && printf '#!/bin/sh\\necho \"rke2 version v1.35.4+rke2r1 (abc)\"\\n' > "
+      .. dir .. "/rke2 && chmod +x " .. dir .. "/rke2")
+    local function run(path)
+      local p = io.popen("PATH=" .. path .. " /bin/sh -c " .. require("cargoship.util").quote(rke2:version_probe())
+        .. "; echo \"rc=$?\"")
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    assert.are.equal("rke2 version v1.35.4+rke2r1 (abc)\nrc=0\n", run(dir))
+    assert.are.equal("rc=1\n", run("/nonexistent"))
+    os.execute("rm -rf " .. dir)
+    assert.is_nil(rke2:version_probe():find("exit", 1, true), "the probe must not exit the batch's shell")
     assert.matches("command -v 'kubelet'", upstream:version_probe(), 1, true)
   end)
 

@@ -42,7 +42,10 @@ function M.conn(answers, o)
     if opts and opts.sudo and o.sudo_error then return nil, o.sudo_error, "auth" end
     if cmd:find("\\036cs-begin", 1, true) then
       local parts = {}
-      for key, body in cmd:gmatch("printf '\\036cs%-begin:%%s\\n' ('[^\n]-')\n%( (.-)\n%) 2>/dev/null\n") do
+      -- each key runs in "( ... )" or "{ ... }" (host:probes decides), stderr discarded
+      local pattern = "printf '\\036cs%-begin:%%s\\n' ('[^\n]-')\n([({]) (.-)\n([)}]) 2>/dev/null\n"
+      for key, open, body, close in cmd:gmatch(pattern) do
+        assert((open == "(") == (close == ")"), "unbalanced probe wrapper")
         key = unquote(key)
         local out, code = answer(answers[key], body)
         parts[#parts + 1] = "\30cs-begin:" .. key .. "\n" .. out .. "\30cs-end:" .. key .. ":" .. code .. "\n"
