@@ -12,20 +12,7 @@ local N = 3
 
 local work, nonce
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  return path
-end
+local read, write = lab.read, lab.write
 
 -- A cluster of the first N lab hosts, plus `phases` (YAML lines under spec.phases).
 local function cluster(name, phases)

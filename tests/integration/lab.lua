@@ -37,6 +37,23 @@ function M.conn(h, over)
   return c
 end
 
+-- A whole local file ("" when it does not exist).
+function M.read(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- Writes text to a local file; returns the path.
+function M.write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+  return path
+end
+
 -- Runs a shell command on the machine; returns exit code and output.
 function M.sh(cmd)
   local p = assert(io.popen(cmd .. " 2>&1"))

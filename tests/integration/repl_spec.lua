@@ -9,19 +9,7 @@ local lab = require "integration.lab"
 local q = util.quote
 local N = 3
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local read, write = lab.read, lab.write
 
 local function sleep(s) os.execute("sleep " .. s) end
 

@@ -176,6 +176,35 @@ local function all_alike(p)
   return true
 end
 
+-- "h2, h3, h7 and 22 more": a group of hosts named briefly, in config order.
+local function group_label(names)
+  if #names <= 3 then return table.concat(names, ", ") end
+  return string.format("%s, %s, %s and %d more", names[1], names[2], names[3], #names - 3)
+end
+
+-- Hosts that would do exactly the same, three or more of them, are said once as a group
+-- (50 hosts each "take the lock at /run/lock/..." read as one line, not fifty).
+local function groups_of(p)
+  local groups, by_key = {}, {}
+  for _, h in ipairs(p.hosts) do
+    if not h.error and (has_actions(h) or h.reason) then
+      local key = (h.reason or "") .. "\0" .. table.concat(h.actions, "\0")
+      local g = by_key[key]
+      if not g then
+        g = { first = h, names = {} }
+        by_key[key] = g
+        groups[#groups + 1] = g
+      end
+      g.names[#g.names + 1] = h.host
+    end
+  end
+  local grouped = {}
+  for _, g in ipairs(groups) do
+    if #g.names >= 3 then grouped[g.first] = g end
+  end
+  return grouped
+end
+
 local function host_lines(out, p)
   if all_alike(p) then
     local label = "all " .. #p.hosts .. " hosts"
@@ -183,25 +212,32 @@ local function host_lines(out, p)
     if p.hosts[1].reason then out[#out + 1] = "       " .. label .. "  unassessed: " .. p.hosts[1].reason end
     return
   end
+  local grouped, in_group = groups_of(p), {}
+  for _, g in pairs(grouped) do
+    for _, n in ipairs(g.names) do in_group[n] = true end
+  end
   local width = 0
   for _, h in ipairs(p.hosts) do
-    if has_actions(h) or h.reason or h.error then width = math.max(width, #h.host) end
+    if (has_actions(h) or h.reason or h.error) and not in_group[h.host] then width = math.max(width, #h.host) end
   end
   local quiet = 0
   for _, h in ipairs(p.hosts) do
-    local name = h.host .. string.rep(" ", width - #h.host)
-    local said = false
-    for _, a in ipairs(h.actions) do
-      out[#out + 1] = "       " .. name .. "  " .. a
-      said = true
-    end
-    if h.reason then
-      out[#out + 1] = "       " .. name .. "  unassessed: " .. h.reason
-      said = true
-    end
-    if h.error then
-      out[#out + 1] = "       " .. name .. "  error: " .. h.error
-      said = true
+    local g = grouped[h]
+    local name = g and group_label(g.names) or (h.host .. string.rep(" ", width - #h.host))
+    local said = in_group[h.host] and not g
+    if not said then
+      for _, a in ipairs(h.actions) do
+        out[#out + 1] = "       " .. name .. "  " .. a
+        said = true
+      end
+      if h.reason then
+        out[#out + 1] = "       " .. name .. "  unassessed: " .. h.reason
+        said = true
+      end
+      if h.error then
+        out[#out + 1] = "       " .. name .. "  error: " .. h.error
+        said = true
+      end
     end
     if not said then quiet = quiet + 1 end
   end

@@ -86,6 +86,23 @@ describe("report text", function()
     assert.are.equal(GOLDEN_FAILED, report.text(rep))
   end)
 
+  it("says once what three or more hosts would do alike, naming a few", function()
+    local hosts = {}
+    for i = 1, 7 do hosts[i] = { name = "n" .. i, role = i == 1 and "controller" or "worker" } end
+    local ctx = S.ctx { dry_run = true, hosts = hosts }
+    local rep = S.run(ctx, { S.phase({}, "acquire_lock", { title = "Acquire exclusive host lock",
+      assess = function(_, h)
+        local i = tonumber(h.name:match("%d+"))
+        if i == 7 then return nil end
+        return { i % 2 == 1 and "take the lock at /run/lock/cargoship.lock" or "take the lock at /tmp/cargoship.lock" }
+      end }) })
+    local text = report.text(rep)
+    assert.matches("\n       n1, n3, n5  take the lock at /run/lock/cargoship.lock\n", text, 1, true)
+    assert.matches("\n       n2, n4, n6  take the lock at /tmp/cargoship.lock\n", text, 1, true)
+    assert.matches("(nothing to do on 1 other host)", text, 1, true)
+    assert.is_nil(text:find("n3  take", 1, true))
+  end)
+
   it("says a dry run with nothing pending changed nothing and found nothing to do", function()
     local rep = S.run(S.ctx { dry_run = true }, { S.phase({}, "x", { title = "X", assess = function() end }) })
     assert.matches("\n  1. X: nothing to do\nNothing to do. Nothing was changed.\n$", report.text(rep))
