@@ -119,6 +119,26 @@ function M.parse_routes(text)
   return out
 end
 
+-- `ip -o route show table all` (both families, every table, one process on the host) ->
+-- the main table's routes as `ip -o route show` and `ip -6 -o route show` would print them.
+-- Routes of other tables say "table NAME"; IPv6 ones have a ':' in their destination or
+-- gateway, or the "pref" iproute2 prints only for IPv6.
+function M.split_routes(text)
+  local v4, v6 = {}, {}
+  for line in (text or ""):gmatch("[^\n]+") do
+    if not line:find(" table ", 1, true) then
+      local words = {}
+      for w in line:gmatch("%S+") do words[#words + 1] = w end
+      local dest = ROUTE_TYPES[words[1]] and words[2] or words[1]
+      local via = line:match(" via (%S+)")
+      local six = (dest and dest:find(":", 1, true)) or (via and via:find(":", 1, true)) or line:find(" pref ", 1, true)
+      local list = six and v6 or v4
+      list[#list + 1] = line
+    end
+  end
+  return table.concat(v4, "\n"), table.concat(v6, "\n")
+end
+
 -- The interface per the rule, for one family's routes -> dev, why | nil
 function M.discover_interface(routes, family)
   local ranges = family == 6 and "fc00::/7" or "10/8, 172.16/12 or 192.168/16"

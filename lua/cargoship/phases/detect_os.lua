@@ -19,7 +19,8 @@ local M = {
 -- Constant commands: nothing host-specific reaches the shell here.
 M.PROBES = {
   os_release = "cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release",
-  kernel = "uname -s -r -m | { read -r s r m; printf '%s\\n%s\\n%s\\n' \"$s\" \"$r\" \"$m\"; }",
+  kernel = "read -r s < /proc/sys/kernel/ostype; read -r r < /proc/sys/kernel/osrelease; "
+    .. "printf '%s\\n%s\\n' \"$s\" \"$r\"; uname -m",
   init = service.PROBE,
 }
 

@@ -32,8 +32,8 @@ M.PROBES = {
   -- hostname -f asks the resolver; a dead DNS must not stall the whole probe
   fqdn = "timeout 3 hostname -f",
   hostname = "read -r h < /proc/sys/kernel/hostname && printf '%s\\n' \"$h\"",
-  route4 = "ip -o route show",
-  route6 = "ip -6 -o route show",
+  -- both families in one process: a dry run sends this to every host
+  routes = "ip -o route show table all",
 }
 
 function M.prepare(ctx)
@@ -48,7 +48,7 @@ end
 function M.decide(res, cfg)
   local f = {}
   local name = out(res, "hostname"):match("^%s*(%S+)")
-  if not name then return nil, "cannot read the hostname (uname -n)" end
+  if not name then return nil, "cannot read the hostname (/proc/sys/kernel/hostname)" end
   f.hostname = name:match("^[^.]+")
   local fqdn = out(res, "fqdn"):match("^%s*(%S+)")
   f.fqdn = fqdn and fqdn:find(".", 1, true) and fqdn or nil
@@ -58,9 +58,10 @@ function M.decide(res, cfg)
     return nil, "`ip -o addr show` printed nothing: is iproute2 installed?"
   end
   local conn = cfg.connection or {}
+  local r4, r6 = network.split_routes(out(res, "routes"))
   local pick, why = network.choose {
-    addrs = addrs, routes4 = network.parse_routes(out(res, "route4")),
-    routes6 = network.parse_routes(out(res, "route6")), connection_address = conn.address,
+    addrs = addrs, routes4 = network.parse_routes(r4),
+    routes6 = network.parse_routes(r6), connection_address = conn.address,
     private_address = cfg.private_address, private_interface = cfg.private_interface,
   }
   if not pick then return nil, why end

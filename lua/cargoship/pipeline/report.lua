@@ -178,7 +178,7 @@ end
 
 -- "h2, h3, h7 and 22 more": a group of hosts named briefly, in config order.
 local function group_label(names)
-  if #names <= 3 then return table.concat(names, ", ") end
+  if #names <= 6 then return table.concat(names, ", ") end
   return string.format("%s, %s, %s and %d more", names[1], names[2], names[3], #names - 3)
 end
 

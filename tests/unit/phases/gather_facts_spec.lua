@@ -9,8 +9,10 @@ local function answers(set, o)
     hostname = o.hostname or "h1\n",
     fqdn = o.fqdn or { out = "", code = 1 },
     addr = support.fixture("facts/" .. set .. "-addr.txt"),
-    route4 = support.fixture("facts/" .. set .. "-route4.txt"),
-    route6 = support.fixture("facts/" .. set .. "-route6.txt"),
+    -- one `ip -o route show table all`: both families and the local table, as a host prints it
+    routes = support.fixture("facts/" .. set .. "-route4.txt") .. "\n"
+      .. "local 127.0.0.1 dev lo table local proto kernel scope host src 127.0.0.1\n"
+      .. support.fixture("facts/" .. set .. "-route6.txt"),
     clock = o.clock or "1762160000.250000000\n",
     firewall = o.firewall or "",
   }
@@ -99,7 +101,7 @@ describe("phase gather_facts", function()
     a.addr = { out = "", code = 127 }
     local h1 = host({ name = "h1" }, a)
     local b = answers("lab")
-    b.route4, b.route6 = "", ""
+    b.routes = ""
     local h2 = host({ name = "h2" }, b)
     local ctx = support.ctx({ h1, h2 })
     local ok, failures = phase.run(ctx, ctx.hosts)
