@@ -22,7 +22,9 @@ Host keys are checked against ~/.ssh/known_hosts (or --known-hosts, or a host's 
 UserKnownHostsFile ssh option); an unknown or changed key fails that host.
 
 Exit code 0 when the command exited 0 on every host; 1 when any host could not be reached
-or the command exited non-zero there.]]
+or the command exited non-zero there.
+
+Every run keeps a full debug log ($XDG_CACHE_HOME/cargoship/, or --log-file PATH).]]
 M.options = {
   { long = "hosts", value = "NAMES", check = args.checks.nonempty,
     help = "only these hosts: names, hostnames or addresses, comma separated" },
@@ -38,6 +40,7 @@ M.options = {
     help = "strict: unknown hosts fail; accept-new: learn unknown keys, changed ones still fail" },
 }
 M.arguments = { { name = "CLUSTER" }, { name = "COMMAND", rest = true } }
+M.keeps_log = true   -- every run that touches hosts keeps its debug log
 
 local function run_on(ctx, t, host, command, o, width)
   local prefix = string.format("%-" .. width .. "s | ", host.name)

@@ -29,7 +29,9 @@ exit() leaves. History is kept in $XDG_STATE_HOME/cargoship/repl_history (else
 Without a terminal: -e CODE runs CODE after connecting and prints what it returns;
 otherwise a script read from stdin runs the same way. Either is compiled before any
 host is contacted. Exit code 0, or 1 when the code raised (or a host could not be
-reached and --strict was given); 130 interrupted.]]
+reached and --strict was given); 130 interrupted.
+
+Every run keeps a full debug log ($XDG_CACHE_HOME/cargoship/, or --log-file PATH).]]
 
 M.options = {
   { long = "eval", short = "e", value = "CODE", check = args.checks.nonempty, multiple = true,
@@ -49,6 +51,7 @@ M.options = {
     help = "send an SSH keepalive every DURATION while the prompt waits" },
 }
 M.arguments = { { name = "CLUSTER" } }
+M.keeps_log = true   -- every run that touches hosts keeps its debug log
 
 -- The code to run without a prompt: -e's, else stdin's when it is not a terminal.
 -- -> list of {src, name} | nil (interactive)

@@ -22,7 +22,9 @@ lock of a run that is still alive makes that run stop on the host at its next he
 Host keys are checked against ~/.ssh/known_hosts (or --known-hosts).
 
 Exit code 0 when every lock shown was broken (or none was held); 1 when a host could not
-be reached, a lock could not be broken, or the breaking was not confirmed.]]
+be reached, a lock could not be broken, or the breaking was not confirmed.
+
+Every run keeps a full debug log ($XDG_CACHE_HOME/cargoship/, or --log-file PATH).]]
 M.options = {
   { long = "yes", short = "y", help = "break the locks without asking (needed when stdin is not a terminal)" },
   { long = "timeout", value = "DURATION", check = args.checks.duration, default = 30,
@@ -33,6 +35,7 @@ M.options = {
     help = "strict: unknown hosts fail; accept-new: learn unknown keys, changed ones still fail" },
 }
 M.arguments = { { name = "CLUSTER" } }
+M.keeps_log = true   -- every run that touches hosts keeps its debug log
 
 -- The same connection path as apply's first phase, so both meet the same host keys.
 local function connect(ctx, cluster, o)
