@@ -40,7 +40,7 @@ M.GLOBAL_OPTIONS = {
     help = "say more; -vv adds debug detail and tracebacks" },
   { long = "quiet", short = "q", help = "print only errors and results" },
   { long = "log-file", value = "PATH", check = args.checks.nonempty,
-    help = "write the full debug log to PATH (default for commands that reach hosts: $XDG_CACHE_HOME/cargoship/)" },
+    help = "write the full debug log to PATH (default: $XDG_CACHE_HOME/cargoship/ for commands that reach hosts)" },
   { long = "no-color", help = "never colour the output (so does NO_COLOR in the environment)" },
   { long = "help", short = "h", help = "show help and exit" },
   { long = "version", help = "print the version and exit" },

@@ -2,7 +2,7 @@
 local M = {}
 
 M.name = "version"
-M.summary = "print the version of cargoship, its Lua and (when built in) libssh2"
+M.summary = "print the versions of cargoship, Lua and libssh2, and where the Lua files are"
 M.usage = [[
 Usage: cargoship version
        cargoship --version
