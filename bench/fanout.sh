@@ -18,7 +18,7 @@ STATE=/var/lib/cargoship-lab/$LAB_PREFIX
 BIN=$PWD/build/bin/cargoship
 [ -x "$BIN" ] || { echo "build first: make" >&2; exit 1; }
 command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)" >&2; exit 1; }
-trap '$LAB down >/dev/null 2>&1 || true' EXIT
+trap '$LAB down >/dev/null 2>&1 || true; rm -f "$STATE"/big.bin "$STATE"/cluster-*.yaml "$STATE"/hosts-* "$STATE"/bench-inlab.sh; rmdir "$STATE" 2>/dev/null || true' EXIT
 
 $LAB up "$BIG" >/dev/null
 # a cluster file with only the first N hosts, for the wall-time comparison
