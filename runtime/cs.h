@@ -53,6 +53,17 @@ void cs_sem_register(lua_State *L);
 /* True when the running task is in its destructors (waits then ignore cancellation). */
 int cs_in_cleanup(lua_State *L);
 
+/* ---- name resolution (resolve.c) ------------------------------------------------------ */
+
+struct cs_resolve;
+struct addrinfo;
+/* Starts resolving host:port (TCP) in the background; NULL with *err (EAI_*) if it cannot. */
+struct cs_resolve *cs_resolve_start(const char *host, int port, int *err);
+/* EAI_INPROGRESS while waiting; 0 with *res (owned by r) when resolved; else the EAI_* error. */
+int cs_resolve_poll(struct cs_resolve *r, struct addrinfo **res);
+/* Frees r (and its result), or parks it until the resolver lets go of it. */
+void cs_resolve_done(struct cs_resolve *r);
+
 /* ---- helpers (util.c) --------------------------------------------------------------- */
 
 /* Pushes nil, "<who>: <op>: <detail>", code and returns 3: the I/O failure triple. */

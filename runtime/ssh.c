@@ -93,6 +93,8 @@ int cs_ssh_fail(lua_State *L, cs_ssh *ss, const char *op, const char *code) {
 }
 
 static void hard_close(cs_ssh *ss) {
+  cs_resolve_done(ss->resolve);
+  ss->resolve = NULL;
   if (ss->s) {
     if (ss->fd >= 0) shutdown(ss->fd, SHUT_RDWR);  /* sends fail at once, nothing EAGAIN-loops */
     for (int i = 0; i < 100 && libssh2_session_free(ss->s) == LIBSSH2_ERROR_EAGAIN; i++) {}
@@ -155,32 +157,58 @@ static int fail_errno(lua_State *L, cs_ssh *ss, const char *op, int err, const c
 
 static int connect_k(lua_State *L, int status, lua_KContext ctx);
 
-static int tcp_start(lua_State *L, cs_ssh *ss, double deadline) {
-  const char *addr = opt_str(L, "address");
-  char port[16];
-  snprintf(port, sizeof port, "%d", (int)opt_int(L, "port", 22));
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
-  /* getaddrinfo blocks; literal addresses (the common case) resolve without I/O */
-  int gai = getaddrinfo(addr, port, &hints, &res);
-  if (gai != 0) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s: resolve %s: %s", ss->name, addr, gai_strerror(gai));
-    lua_pushliteral(L, "refused");
-    return 3;
-  }
+/* Opens the TCP connection to the first address of res (freed by the caller). */
+static int tcp_connect(lua_State *L, cs_ssh *ss, struct addrinfo *res, double deadline) {
   ss->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (ss->fd < 0) {
-    freeaddrinfo(res);
-    return fail_errno(L, ss, "socket", errno, "io");
-  }
+  if (ss->fd < 0) return fail_errno(L, ss, "socket", errno, "io");
   int one = 1;
   setsockopt(ss->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  /* ~40 ms per handshake without */
   int r = connect(ss->fd, res->ai_addr, res->ai_addrlen);
   int err = errno;
-  freeaddrinfo(res);
   if (r != 0 && err != EINPROGRESS) return fail_errno(L, ss, "connect", err, err == ECONNREFUSED ? "refused" : "io");
   ss->state = SS_TCP;
   return cs_wait(L, ss->fd, POLLOUT, NULL, deadline, 0, connect_k);
+}
+
+static int resolve_fail(lua_State *L, cs_ssh *ss, int gai) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: resolve %s: %s", ss->name, opt_str(L, "address"), gai_strerror(gai));
+  lua_pushliteral(L, "refused");
+  return 3;
+}
+
+/* A literal address needs no lookup; a name is resolved in the background while the
+ * task checks back every few milliseconds (getaddrinfo would block every host's task). */
+static int tcp_start(lua_State *L, cs_ssh *ss, double deadline) {
+  const char *addr = opt_str(L, "address");
+  int port = (int)opt_int(L, "port", 22);
+  char sport[16];
+  snprintf(sport, sizeof sport, "%d", port);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST}, *res;
+  int gai = getaddrinfo(addr, sport, &hints, &res);
+  if (gai == 0) {
+    int n = tcp_connect(L, ss, res, deadline);
+    freeaddrinfo(res);
+    return n;
+  }
+  if (gai != EAI_NONAME) return resolve_fail(L, ss, gai);
+  ss->resolve = cs_resolve_start(addr, port, &gai);
+  if (!ss->resolve) return resolve_fail(L, ss, gai);
+  ss->state = SS_RESOLVE;
+  return cs_wait(L, -1, 0, NULL, cs_now() + 0.002, 0, connect_k);
+}
+
+static int resolve_step(lua_State *L, cs_ssh *ss, double deadline) {
+  struct addrinfo *res = NULL;
+  int gai = cs_resolve_poll(ss->resolve, &res);
+  if (gai == EAI_INPROGRESS) {
+    double next = cs_now() + 0.005;
+    return cs_wait(L, -1, 0, NULL, deadline > 0 && deadline < next ? deadline : next, 0, connect_k);
+  }
+  int n = gai == 0 && res ? tcp_connect(L, ss, res, deadline) : resolve_fail(L, ss, gai ? gai : EAI_NONAME);
+  cs_resolve_done(ss->resolve);
+  ss->resolve = NULL;
+  return n;
 }
 
 static int session_start(lua_State *L, cs_ssh *ss) {
@@ -270,6 +298,8 @@ static int connect_step(lua_State *L, cs_ssh *ss, double deadline) {
     switch (ss->state) {
       case SS_NEW:
         return tcp_start(L, ss, deadline);
+      case SS_RESOLVE:
+        return resolve_step(L, ss, deadline);
       case SS_TCP:
         if ((r = session_start(L, ss)) >= 0) return r;
         break;
@@ -320,17 +350,19 @@ static int connect_k(lua_State *L, int status, lua_KContext ctx) {
     ss->state = SS_CLOSED;
     return cs_raise_cancelled(L);
   }
+  lua_getfield(L, 1, "_deadline");
+  double deadline = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  if (w == CS_WAKE_TIMEOUT && ss->state == SS_RESOLVE && cs_now() < deadline)
+    return connect_step(L, ss, deadline);   /* only the resolver's check-back timer */
   if (w == CS_WAKE_TIMEOUT) {
     static const char *const stage[] = {"connect", "connect", "handshake", "auth"};
-    const char *what = ss->state <= SS_AUTH ? stage[ss->state] : "connect";
+    const char *what = ss->state <= SS_AUTH ? stage[ss->state] : ss->state == SS_RESOLVE ? "resolve" : "connect";
     lua_pushnil(L);
     lua_pushfstring(L, "%s: %s: timed out", ss->name, what);
     lua_pushliteral(L, "timeout");
     return 3;
   }
-  lua_getfield(L, 1, "_deadline");
-  double deadline = lua_tonumber(L, -1);
-  lua_pop(L, 1);
   return connect_step(L, ss, deadline);
 }
 
@@ -489,7 +521,7 @@ static int l_ssh_close(lua_State *L) {
 static int l_ssh_info(lua_State *L) {
   cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
   static const char *const states[] = {"new", "tcp", "handshake", "auth", "ready", "closing",
-                                       "closed", "broken"};
+                                       "closed", "broken", "resolve"};
   lua_createtable(L, 0, 8);
   lua_pushstring(L, ss->name);
   lua_setfield(L, -2, "name");

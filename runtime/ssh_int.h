@@ -15,7 +15,7 @@
 enum { HK_STRICT, HK_ACCEPT_NEW, HK_OFF };
 
 enum {
-  SS_NEW, SS_TCP, SS_HANDSHAKE, SS_AUTH, SS_READY, SS_CLOSING, SS_CLOSED, SS_BROKEN
+  SS_NEW, SS_TCP, SS_HANDSHAKE, SS_AUTH, SS_READY, SS_CLOSING, SS_CLOSED, SS_BROKEN, SS_RESOLVE
 };
 
 /* A known_hosts collection (cargoship.ssh_known_hosts). */
@@ -55,6 +55,7 @@ typedef struct cs_ssh {
   int root;                /* login user is root */
   int jump_ref;            /* registry ref keeping a bastion tunnel alive */
   char *kh_path;           /* accept-new appends here */
+  struct cs_resolve *resolve;  /* a host name being resolved */
 } cs_ssh;
 
 /* The session at stack index idx; raises when it is not open.  [-0, +0, v] */
