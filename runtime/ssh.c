@@ -157,8 +157,10 @@ static int fail_errno(lua_State *L, cs_ssh *ss, const char *op, int err, const c
 
 static int connect_k(lua_State *L, int status, lua_KContext ctx);
 
-/* Opens the TCP connection to the first address of res (freed by the caller). */
-static int tcp_connect(lua_State *L, cs_ssh *ss, struct addrinfo *res, double deadline) {
+/* Starts the TCP connection to the first address of res: -1 when under way (the caller
+ * frees res, then waits: nothing after a wait runs, since waiting yields by longjmp),
+ * else the count of the failure values pushed. */
+static int tcp_connect(lua_State *L, cs_ssh *ss, struct addrinfo *res) {
   ss->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (ss->fd < 0) return fail_errno(L, ss, "socket", errno, "io");
   int one = 1;
@@ -167,6 +169,10 @@ static int tcp_connect(lua_State *L, cs_ssh *ss, struct addrinfo *res, double de
   int err = errno;
   if (r != 0 && err != EINPROGRESS) return fail_errno(L, ss, "connect", err, err == ECONNREFUSED ? "refused" : "io");
   ss->state = SS_TCP;
+  return -1;
+}
+
+static int tcp_wait(lua_State *L, cs_ssh *ss, double deadline) {
   return cs_wait(L, ss->fd, POLLOUT, NULL, deadline, 0, connect_k);
 }
 
@@ -187,9 +193,9 @@ static int tcp_start(lua_State *L, cs_ssh *ss, double deadline) {
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST}, *res;
   int gai = getaddrinfo(addr, sport, &hints, &res);
   if (gai == 0) {
-    int n = tcp_connect(L, ss, res, deadline);
+    int n = tcp_connect(L, ss, res);
     freeaddrinfo(res);
-    return n;
+    return n >= 0 ? n : tcp_wait(L, ss, deadline);
   }
   if (gai != EAI_NONAME) return resolve_fail(L, ss, gai);
   ss->resolve = cs_resolve_start(addr, port, &gai);
@@ -205,10 +211,10 @@ static int resolve_step(lua_State *L, cs_ssh *ss, double deadline) {
     double next = cs_now() + 0.005;
     return cs_wait(L, -1, 0, NULL, deadline > 0 && deadline < next ? deadline : next, 0, connect_k);
   }
-  int n = gai == 0 && res ? tcp_connect(L, ss, res, deadline) : resolve_fail(L, ss, gai ? gai : EAI_NONAME);
+  int n = gai == 0 && res ? tcp_connect(L, ss, res) : resolve_fail(L, ss, gai ? gai : EAI_NONAME);
   cs_resolve_done(ss->resolve);
   ss->resolve = NULL;
-  return n;
+  return n >= 0 ? n : tcp_wait(L, ss, deadline);
 }
 
 static int session_start(lua_State *L, cs_ssh *ss) {

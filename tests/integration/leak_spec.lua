@@ -26,6 +26,8 @@ local ok, err = loop.run(function()
     end)
   end
   for _, t in ipairs(tasks) do assert(t:join()) end
+  -- a name resolved in the background (localhost: /etc/hosts, no traffic), then refused
+  assert(not ssh.connect { address = "localhost", port = 1, host_key_policy = "off" })
   -- one left open for the garbage collector to free
   local s = assert(ssh.connect { address = %s, user = "root", key_path = %q, known_hosts = kh })
   assert(s:exec("true"))
