@@ -39,6 +39,7 @@ print("closed 20 sessions")
       script, addrs[1], lab.key))
     f:close()
     local code, out = lab.sh("valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect "
+      .. "--suppressions=" .. lab.src .. "/tests/integration/valgrind-glibc.supp "
       .. "--show-leak-kinds=definite,indirect --error-exitcode=33 lua5.4 " .. script)
     os.remove(script)
     assert.matches("closed 20 sessions", out, 1, true)
