@@ -52,17 +52,24 @@ local function refuse(self, what)
   end
 end
 
-local function with_sudo(opts)
+-- Every command gets a deadline: a host that stops answering mid-command must fail that
+-- host, not hold the whole run until TCP gives up. Reads are quick; writes (installing
+-- packages, say) may take a while. Callers pass opts.timeout for anything longer.
+M.READ_TIMEOUT = 120
+M.WRITE_TIMEOUT = 900
+
+local function with_sudo(opts, timeout)
   local o = {}
   for k, v in pairs(opts or {}) do o[k] = v end
   if o.sudo == nil then o.sudo = true end
+  if o.timeout == nil then o.timeout = timeout end
   return o
 end
 
 -- host:probe(cmd, opts) -> stdout, stderr, exit | nil, msg, code. Must not change the host.
 function Host:probe(cmd, opts)
   self.probes_sent = self.probes_sent + 1
-  return need_conn(self):exec(cmd, with_sudo(opts))
+  return need_conn(self):exec(cmd, with_sudo(opts, M.READ_TIMEOUT))
 end
 
 -- host:probes{key = cmd, ...} -> { key = {out = s, code = n}, ... } | nil, msg, code
@@ -117,14 +124,14 @@ end
 function Host:run(cmd, opts)
   refuse(self, "run: " .. cmd:sub(1, 120))
   self.writes_sent = self.writes_sent + 1
-  return need_conn(self):exec(cmd, with_sudo(opts))
+  return need_conn(self):exec(cmd, with_sudo(opts, M.WRITE_TIMEOUT))
 end
 
 -- host:check(cmd, opts) -> stdout, stderr | nil, msg, code: a non-zero exit is an error.
 function Host:check(cmd, opts)
   refuse(self, "run: " .. cmd:sub(1, 120))
   self.writes_sent = self.writes_sent + 1
-  return need_conn(self):check(cmd, with_sudo(opts))
+  return need_conn(self):check(cmd, with_sudo(opts, M.WRITE_TIMEOUT))
 end
 
 -- host:write_file(path, content, {mode, owner, group}) -> true | nil, msg, code
@@ -146,7 +153,8 @@ function Host:write_file(path, content, opts)
   end
   script[#script + 1] = 'mv -f -- "$tmp" "$dst"'
   script[#script + 1] = "trap - EXIT"
-  local ok, err, code = need_conn(self):check(table.concat(script, "\n"), { sudo = true, stdin = content })
+  local ok, err, code = need_conn(self):check(table.concat(script, "\n"),
+    { sudo = true, stdin = content, timeout = opts.timeout or M.WRITE_TIMEOUT })
   if not ok then return nil, err, code end
   return true
 end
@@ -154,13 +162,17 @@ end
 function Host:upload(local_path, remote, opts)
   refuse(self, "upload " .. remote)
   self.writes_sent = self.writes_sent + 1
-  return need_conn(self):upload(local_path, remote, opts)
+  -- an hour: image tarballs of an air-gapped install can be gigabytes on a slow link
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  if o.timeout == nil then o.timeout = 3600 end
+  return need_conn(self):upload(local_path, remote, o)
 end
 
 function Host:remove(path)
   refuse(self, "remove " .. path)
   self.writes_sent = self.writes_sent + 1
-  return need_conn(self):check(shell.fmt("rm -f -- %s", path), { sudo = true })
+  return need_conn(self):check(shell.fmt("rm -f -- %s", path), { sudo = true, timeout = M.WRITE_TIMEOUT })
 end
 
 -- Reads a local file through the connection of a downloaded copy (a read).

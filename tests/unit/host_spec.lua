@@ -6,6 +6,8 @@ local function local_conn()
   local c = { sent = {} }
   function c.exec(_, cmd, opts)
     c.sent[#c.sent + 1] = cmd
+    c.timeouts = c.timeouts or {}
+    c.timeouts[#c.timeouts + 1] = opts and opts.timeout or false
     local path, input = os.tmpname(), os.tmpname()
     local f = io.open(input, "w")
     f:write(opts and opts.stdin or "")
@@ -59,6 +61,17 @@ describe("host:probes", function()
     local script = h.conn.sent[1]
     assert.matches("{ echo a\n} 2>/dev/null", script, 1, true)
     assert.matches("( exit 1\n) 2>/dev/null", script, 1, true)
+  end)
+end)
+
+describe("host command deadlines", function()
+  it("gives every read and write a deadline unless the caller sets one", function()
+    local h = new_host(false)
+    h:probe("true")
+    h:probe("true", { timeout = 5 })
+    h:run("true")
+    h:check("true")
+    assert.are.same({ host_mod.READ_TIMEOUT, 5, host_mod.WRITE_TIMEOUT, host_mod.WRITE_TIMEOUT }, h.conn.timeouts)
   end)
 end)
 
