@@ -4,16 +4,7 @@ local cli = require "cargoship.cli"
 local util = require "cargoship.util"
 
 -- A writer that keeps what is written, for the `sys` cli.main accepts.
-local function capture()
-  local buf = {}
-  return {
-    write = function(self, ...)
-      for _, s in ipairs({ ... }) do buf[#buf + 1] = tostring(s) end
-      return self
-    end,
-    text = function() return table.concat(buf) end,
-  }
-end
+local capture = require "unit.capture"
 
 -- Runs cli.main in-process with captured output and a private environment.
 local function run(argv, env)

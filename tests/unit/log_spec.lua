@@ -2,16 +2,7 @@
 local log = require "cargoship.log"
 local util = require "cargoship.util"
 
-local function capture()
-  local buf = {}
-  return {
-    write = function(self, ...)
-      for _, s in ipairs({ ... }) do buf[#buf + 1] = tostring(s) end
-      return self
-    end,
-    text = function() return table.concat(buf) end,
-  }
-end
+local capture = require "unit.capture"
 
 local function read_all(path)
   local f = assert(io.open(path))

@@ -4,16 +4,7 @@ local util = require "cargoship.util"
 
 local M = {}
 
-function M.capture()
-  local buf = {}
-  return {
-    write = function(self, ...)
-      for _, s in ipairs({ ... }) do buf[#buf + 1] = tostring(s) end
-      return self
-    end,
-    text = function() return table.concat(buf) end,
-  }
-end
+M.capture = require "unit.capture"
 
 function M.temp_dir()
   local path = os.tmpname()

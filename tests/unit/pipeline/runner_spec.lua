@@ -11,6 +11,17 @@ local function names(hosts)
   return out
 end
 
+-- Makes every host's fake connection wait (for a cancel) on a "sleep 600" command.
+local function hang_on_sleep(ctx)
+  for _, h in ipairs(ctx.hosts) do
+    local exec = h.conn.exec
+    h.conn.exec = function(self, cmd, o)
+      if cmd:find("sleep 600", 1, true) then loop.sleep(600) end
+      return exec(self, cmd, o)
+    end
+  end
+end
+
 describe("runner, dry run", function()
   local calls
   before_each(function() calls = {} end)
@@ -364,13 +375,7 @@ describe("runner, cancellation", function()
   it("runs the cleanup of the phases that ran when everything is cancelled (Ctrl-C)", function()
     local ctx = S.ctx { conn = { delay = 0.01 } }
     -- the slow command only: make "sleep 600" really long
-    for _, h in ipairs(ctx.hosts) do
-      local exec = h.conn.exec
-      h.conn.exec = function(self, cmd, o)
-        if cmd:find("sleep 600", 1, true) then loop.sleep(600) end
-        return exec(self, cmd, o)
-      end
-    end
+    hang_on_sleep(ctx)
     local returned, late
     local ok = loop.run(function()
       loop.spawn(function()
@@ -396,13 +401,7 @@ describe("runner, cancellation", function()
 
   it("runs the cleanup when the loop's main task is the one running the pipeline (the CLI's case)", function()
     local ctx = S.ctx()
-    for _, h in ipairs(ctx.hosts) do
-      local exec = h.conn.exec
-      h.conn.exec = function(self, cmd, o)
-        if cmd:find("sleep 600", 1, true) then loop.sleep(600) end
-        return exec(self, cmd, o)
-      end
-    end
+    hang_on_sleep(ctx)
     local late
     local ok, returned = loop.run(function()
       loop.spawn(function()
@@ -420,13 +419,7 @@ describe("runner, cancellation", function()
 
   it("runs the cleanup when only the caller's task is cancelled, before the caller's task ends", function()
     local ctx = S.ctx()
-    for _, h in ipairs(ctx.hosts) do
-      local exec = h.conn.exec
-      h.conn.exec = function(self, cmd, o)
-        if cmd:find("sleep 600", 1, true) then loop.sleep(600) end
-        return exec(self, cmd, o)
-      end
-    end
+    hang_on_sleep(ctx)
     local late
     loop.run(function()
       local t = loop.spawn(function()

@@ -6,16 +6,7 @@ local runner = require "cargoship.pipeline.runner"
 
 local M = {}
 
-function M.capture()
-  local buf = {}
-  return {
-    write = function(self, ...)
-      for _, s in ipairs({ ... }) do buf[#buf + 1] = tostring(s) end
-      return self
-    end,
-    text = function() return table.concat(buf) end,
-  }
-end
+M.capture = require "unit.capture"
 
 -- A connection that answers every command from `answers` (cmd pattern -> stdout) or with
 -- "" and exit 0, recording what it was asked. exec may sleep (delay) to let tasks interleave.
