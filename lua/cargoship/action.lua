@@ -1,0 +1,119 @@
+-- cargoship.action: the action records a phase's assess returns; one record is both the plan's sentence and the work.
+--
+-- Every record has `kind` (stable, in the JSON report) and `say` (the sentence people read).
+--   run      {cmd, timeout?, sudo?, stdin?}           a command; non-zero exit fails it
+--   write    {path, content, mode?, owner?, group?}   atomic temp+rename; skipped when the host
+--                                                     already has the same content and mode
+--   upload   {path, source, sha256, size?, mode?, owner?, group?}
+--                                                     a local file; skipped when the remote hash
+--                                                     and mode match
+--   remove   {path}                                   rm -f (a directory needs `recursive = true`)
+--   service  {verb, service}                          verb: start|stop|restart|reload|enable|disable
+--                                                     through the host's service manager
+--   step     {name, ...}                              a sequence step the phase runs itself (drain,
+--                                                     wait for Ready); the phase's `steps[name]`
+--                                                     executes it
+-- Constructors validate and fill `say`; they raise on misuse (a bug in a phase, not a host's
+-- failure). `public(a)` is the part that may leave the process (plan, report, logs): never a
+-- file's content, stdin or anything marked `secret`.
+local M = {}
+
+M.KINDS = { run = true, write = true, upload = true, remove = true, service = true, step = true }
+M.SERVICE_VERBS = { start = true, stop = true, restart = true, reload = true, enable = true, disable = true }
+
+local function need(t, field, kind, want)
+  local v = t[field]
+  if type(v) ~= (want or "string") or (type(v) == "string" and v == "") then
+    error(string.format("action %s: %s must be a %s%s, not %s", kind, field, want or "string",
+      (want or "string") == "string" and " (non-empty)" or "", v == "" and "empty" or type(v)), 3)
+  end
+  return v
+end
+
+local function opt(t, field, kind, want)
+  local v = t[field]
+  if v ~= nil and type(v) ~= want then
+    error(string.format("action %s: %s must be a %s, not %s", kind, field, want, type(v)), 3)
+  end
+end
+
+local function make(kind, t, say)
+  t.kind = kind
+  if t.say == nil then t.say = say end
+  if type(t.say) ~= "string" or t.say == "" then error("action " .. kind .. ": say must be a sentence", 3) end
+  return t
+end
+
+local function check_mode(t, kind)
+  if t.mode ~= nil then
+    if type(t.mode) ~= "string" or not t.mode:match("^0?[0-7][0-7][0-7]$") and not t.mode:match("^[0-7][0-7][0-7][0-7]$") then
+      error(string.format("action %s: mode must be octal text such as \"0644\", not %s", kind, tostring(t.mode)), 3)
+    end
+    if #t.mode == 3 then t.mode = "0" .. t.mode end
+  end
+  opt(t, "owner", kind, "string")
+  opt(t, "group", kind, "string")
+end
+
+function M.run(t)
+  need(t, "cmd", "run")
+  opt(t, "timeout", "run", "number")
+  opt(t, "stdin", "run", "string")
+  return make("run", t, "run " .. t.cmd:match("^[^\n]*"):sub(1, 120))
+end
+
+function M.write(t)
+  need(t, "path", "write")
+  need(t, "content", "write", "string")
+  check_mode(t, "write")
+  return make("write", t, string.format("write %s (%d bytes%s)", t.path, #t.content,
+    t.mode and (", mode " .. t.mode) or ""))
+end
+
+function M.upload(t)
+  need(t, "path", "upload")
+  need(t, "source", "upload")
+  need(t, "sha256", "upload")
+  opt(t, "size", "upload", "number")
+  check_mode(t, "upload")
+  return make("upload", t, string.format("upload %s%s", t.path, t.size and string.format(" (%d bytes)", t.size) or ""))
+end
+
+function M.remove(t)
+  need(t, "path", "remove")
+  return make("remove", t, "remove " .. t.path)
+end
+
+function M.service(t)
+  need(t, "verb", "service")
+  need(t, "service", "service")
+  if not M.SERVICE_VERBS[t.verb] then error("action service: unknown verb " .. t.verb, 2) end
+  return make("service", t, t.verb .. " service " .. t.service)
+end
+
+function M.step(t)
+  need(t, "name", "step")
+  need(t, "say", "step")
+  return make("step", t, t.say)
+end
+
+-- M.check(a) -> a: raises unless a is a well-formed record of a known kind.
+function M.check(a)
+  if type(a) ~= "table" or not M.KINDS[a.kind] then
+    error("an action must be a record made by cargoship.action (with a known kind), not "
+      .. (type(a) == "table" and ("kind " .. tostring(a.kind)) or type(a)), 2)
+  end
+  return M[a.kind](a)
+end
+
+local PUBLIC = { "kind", "say", "path", "mode", "owner", "group", "sha256", "size", "verb", "service", "name" }
+
+-- M.public(a) -> the fields of a that the plan, the report and the logs may carry.
+function M.public(a)
+  local p = {}
+  for _, k in ipairs(PUBLIC) do p[k] = a[k] end
+  if a.kind == "run" and not a.secret then p.cmd = a.cmd end
+  return p
+end
+
+return M
