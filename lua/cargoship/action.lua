@@ -46,7 +46,8 @@ end
 
 local function check_mode(t, kind)
   if t.mode ~= nil then
-    if type(t.mode) ~= "string" or not t.mode:match("^0?[0-7][0-7][0-7]$") and not t.mode:match("^[0-7][0-7][0-7][0-7]$") then
+    local m = type(t.mode) == "string" and t.mode or ""
+    if not (m:match("^[0-7][0-7][0-7]$") or m:match("^[0-7][0-7][0-7][0-7]$")) then
       error(string.format("action %s: mode must be octal text such as \"0644\", not %s", kind, tostring(t.mode)), 3)
     end
     if #t.mode == 3 then t.mode = "0" .. t.mode end
