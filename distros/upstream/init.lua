@@ -124,18 +124,17 @@ end
 -- containerd's CRI plugin reads hosts.toml only with config_path set (engines.md §2.4).
 function M:runtime_files()
   local pause = self.package and self.package.pause_image
-  local toml = table.concat({
-    "version = 2",
-    "",
-    '[plugins."io.containerd.grpc.v1.cri"]',
-    pause and string.format("  sandbox_image = %q", pause) or nil,
+  local lines = { "version = 2", "", '[plugins."io.containerd.grpc.v1.cri"]' }
+  if pause then lines[#lines + 1] = string.format("  sandbox_image = %q", pause) end
+  for _, l in ipairs({
     '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
     '  runtime_type = "io.containerd.runc.v2"',
     '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]',
     "  SystemdCgroup = true",
     '[plugins."io.containerd.grpc.v1.cri".registry]',
     '  config_path = "/etc/containerd/certs.d"',
-  }, "\n") .. "\n"
+  }) do lines[#lines + 1] = l end
+  local toml = table.concat(lines, "\n") .. "\n"
   local crictl = string.format("runtime-endpoint: %s\nimage-endpoint: %s\n", self.cri_socket, self.cri_socket)
   return { { path = "/etc/containerd/config.toml", content = toml, mode = "0644" },
            { path = "/etc/crictl.yaml", content = crictl, mode = "0644" } }
