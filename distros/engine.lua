@@ -16,6 +16,9 @@
 --   staged  = {method = "rpm"|"apt", paths = {..}, names? = {..}}
 --           | {method = "binary", moves = {{from, to}..}}      (the upload phases' result)
 --
+-- engine.node_of(host) -> node and engine.cluster_view(hosts, leader_host, cluster_cfg, secret?)
+-- -> cluster build these from the host objects (facts of "Gather host facts") and the cluster file.
+--
 -- Verbs on every engine (signatures; `os` is the host's OS configurer, host.os):
 --   version_probe() -> cmd                 prints `--version` output; fails when absent
 --   parse_version(out) -> "v1.35.4+rke2r1" | nil
@@ -75,6 +78,31 @@ function M.for_package(pkg)
   local cls, why = M.load(pkg.type)
   if not cls then return nil, why end
   return cls:new { package = pkg }
+end
+
+-- host (cargoship.host, after gather_facts) -> node: the node name Kubernetes will use, the
+-- addresses the config needs, the labels and taints from the merged host config.
+function M.node_of(host)
+  local f, cfg = host.facts or {}, host.config or {}
+  local eng = cfg.engine or {}
+  return { name = f.node_name or cfg.hostname or host.name, role = host.role or cfg.role,
+           hostname = f.hostname, fqdn = f.fqdn, private_address = f.private_address,
+           labels = eng.labels, taints = eng.taints, bootstrapped = f.bootstrapped }
+end
+
+-- hosts: the run's hosts in config order; leader: the leader host (ctx.leader);
+-- cluster_cfg: the loaded cluster file (loadbalancer, registries); secret: from the leader.
+function M.cluster_view(hosts, leader, cluster_cfg, secret)
+  cluster_cfg = cluster_cfg or {}
+  local view = { controllers = {}, nodes = {}, loadbalancer = cluster_cfg.loadbalancer,
+                 registries = cluster_cfg.registries, secret = secret }
+  for _, h in ipairs(hosts or {}) do
+    local n = M.node_of(h)
+    view.nodes[#view.nodes + 1] = n
+    if n.role == "controller" then view.controllers[#view.controllers + 1] = n end
+    if h == leader then view.leader = n end
+  end
+  return view
 end
 
 -- Builtins only until the binary itself runs: no subshell, no `exit`, so host:probes can

@@ -34,6 +34,30 @@ describe("engine inheritance", function()
   end)
 end)
 
+describe("engine.node_of and engine.cluster_view", function()
+  it("build the verbs' node and cluster from host objects after gather_facts", function()
+    local function host(name, role, facts, engine_cfg)
+      return { name = name, role = role, facts = facts, config = { hostname = name, engine = engine_cfg } }
+    end
+    local cp1 = host("cp1", "controller", { node_name = "cp1", hostname = "cp1", fqdn = "cp1.example.internal",
+                                            private_address = "10.0.0.1" }, { labels = { zone = "a" } })
+    local w1 = host("w1", "worker", { node_name = "w1", private_address = "10.0.0.3" },
+      { taints = { "dedicated=gpu:NoSchedule" } })
+    assert.same({ name = "cp1", role = "controller", hostname = "cp1", fqdn = "cp1.example.internal",
+                  private_address = "10.0.0.1", labels = { zone = "a" } }, engine.node_of(cp1))
+    local view = engine.cluster_view({ cp1, w1 }, cp1, { loadbalancer = "lb.example.internal", registries = {} },
+      { token = "t", agent_token = "a" })
+    assert.equal("cp1", view.leader.name)
+    assert.same({ "cp1" }, { view.controllers[1].name, view.controllers[2] })
+    assert.equal(2, #view.nodes)
+    assert.equal("lb.example.internal", view.loadbalancer)
+    assert.equal("t", view.secret.token)
+    local cfg = require("cargoship.yaml").load(rke2:render_config(engine.node_of(w1), view).content)[1]
+    assert.equal("https://lb.example.internal:9345", cfg.server)
+    assert.same({ "dedicated=gpu:NoSchedule" }, cfg["node-taint"])
+  end)
+end)
+
 describe("engine version probe parses real --version output", function()
   it("rke2: the release and a development build", function()
     assert.equal("v1.34.3+rke2r3", rke2:parse_version(output("rke2/version.txt")))
