@@ -11,7 +11,7 @@
 --   node    = {name (node-name: the configured hostname), role = "controller"|"worker",
 --              hostname?, fqdn?, private_address?, labels? = {k = "v"}, taints? = {"k=v:Effect"}}
 --   cluster = {leader = node, controllers = {node..}, loadbalancer? = "host", nodes? = {node..},
---              registries? = config.registries list, engine_config? = spec.config.engine,
+--              registries? = config.registries list, engine_config? (default: package.engine),
 --              secret? = {token, agent_token} (rancher) | {token, ca_cert_hash} (upstream)}
 --   staged  = {method = "rpm"|"apt", paths = {..}, names? = {..}}
 --           | {method = "binary", moves = {{from, to}..}}      (the upload phases' result)
@@ -22,12 +22,12 @@
 -- Verbs on every engine (signatures; `os` is the host's OS configurer, host.os):
 --   version_probe() -> cmd                 prints `--version` output; fails when absent
 --   parse_version(out) -> "v1.35.4+rke2r1" | nil
---   judge(installed|nil, target, {role, allow_downgrade}) -> verdict record (M.judge)
+--   judge(installed|nil, target? (default: the package's), {role, allow_downgrade}) -> verdict (M.judge)
 --   service(role) -> name;  service_active_probe(role, os) -> cmd
 --   kubectl(words) -> cmd;  drain(n), cordon(n), uncordon(n), delete_node(n),
 --     label(n, {k = v}), apply(path), get_nodes(), ready_check(n) -> cmd (run on the leader)
 --   parse_ready(out) -> true | false
---   kubectl_step(name, node, words, say) -> step record {name, cmd, on = "leader"}
+--   kubectl_step(name, node, cmd, say) -> step record {name, node, cmd, on = "leader", say}
 --   start(node, cluster) -> actions        start + enable + step wait_ready
 --   stop(node) -> actions
 --   wait_ready(node) -> step record {name = "wait_ready", node, cmd = ready_check, on = "leader"}
