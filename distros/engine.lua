@@ -1,36 +1,108 @@
--- distros.engine: the engine configurer interface and shared base; pure functions returning commands or parsing output.
+-- distros.engine: the engine configurer base class; pure verbs (node facts and a cluster view in, action records out).
 --
--- An engine configurer (distros/<type>/init.lua) is `engine.define{...}` with:
---   name, binary, binary_paths (tried in order, then PATH), version_prefix (the word before
---   the version in `--version` output), services = {controller, worker}, kubeconfig,
---   kubectl_words (the kubectl command as words), data_dir, config_path.
--- and inherits:
---   version_probe() -> command printing the installed version (nothing when absent)
---   parse_version(output) -> "v1.35.4+rke2r1" | nil
---   service(role) -> unit/service name
---   service_active_probe(role, os) -> command whose exit status 0 means running
---   kubectl(args) -> "env KUBECONFIG=... <kubectl> args..." (every word quoted)
---   compare_versions(a, b) -> -1|0|1 | nil, why
--- Nothing here runs anything: the host object runs what these return.
+-- A configurer is a class: `child = parent:extend{...}` inherits what it does not set;
+-- `engine.for_package(pkg)` (or `cls:new{package = pkg}`) is the run's instance (ctx.engine).
+-- Hierarchy: engine (this file) < distros.rancher < distros.rke2 / distros.k3s;
+--            engine < distros.upstream (kubeadm + containerd).
+-- Class fields: name, binary, binary_paths, version_prefix, services = {controller, worker},
+--   kubeconfig, kubectl_words, data_dir, config_dir, config_path, join_port.
+--
+-- Shapes the verbs take:
+--   node    = {name (node-name: the configured hostname), role = "controller"|"worker",
+--              hostname?, fqdn?, private_address?, labels? = {k = "v"}, taints? = {"k=v:Effect"}}
+--   cluster = {leader = node, controllers = {node..}, loadbalancer? = "host", nodes? = {node..},
+--              registries? = config.registries list, engine_config? (default: package.engine),
+--              secret? = {token, agent_token} (rancher) | {token, ca_cert_hash} (upstream)}
+--   staged  = {method = "rpm"|"apt", paths = {..}, names? = {..}}
+--           | {method = "binary", moves = {{from, to}..}}      (the upload phases' result)
+--
+-- engine.node_of(host) -> node and engine.cluster_view(hosts, leader_host, cluster_cfg, secret?)
+-- -> cluster build these from the host objects (facts of "Gather host facts") and the cluster file.
+--
+-- Verbs on every engine (signatures; `os` is the host's OS configurer, host.os):
+--   version_probe() -> cmd                 prints `--version` output; fails when absent
+--   parse_version(out) -> "v1.35.4+rke2r1" | nil
+--   judge(installed|nil, target? (default: the package's), {role, allow_downgrade}) -> verdict (M.judge)
+--   service(role) -> name;  service_active_probe(role, os) -> cmd
+--   kubectl(words) -> cmd;  drain(n), cordon(n), uncordon(n), delete_node(n),
+--     label(n, {k = v}), apply(path), get_nodes(), ready_check(n) -> cmd (run on the leader)
+--   parse_ready(out) -> true | false
+--   kubectl_step(name, node, cmd, say) -> step record {name, node, cmd, on = "leader", say}
+--   start(node, cluster) -> actions        start + enable + step wait_ready
+--   stop(node) -> actions
+--   wait_ready(node) -> step record {name = "wait_ready", node, cmd = ready_check, on = "leader"}
+--   install(node, staged, os) -> actions   from the package's staged files
+--   image_import(files) -> actions         ({} where the engine imports from its images dir)
+--   image_dir() -> path | nil              where image tarballs are uploaded
+-- Engine-specific verbs (render_config, join_secret_*, upgrade, reset): see rancher.lua and
+-- upstream/init.lua. Nothing here runs anything: the host object runs what these return.
+local action = require "cargoship.action"
 local shell = require "cargoship.shell"
 
 local M = {}
 
 M.TYPES = { "rke2", "k3s", "upstream" }
 
-local Engine = {}
+local Engine = { name = "engine" }
 Engine.__index = Engine
 
-function M.define(spec)
-  return setmetatable(spec, Engine)
+function Engine:extend(child)
+  child.__index = child
+  child.parent = self
+  return setmetatable(child, self)
 end
 
--- distros.engine.load("rke2") -> configurer | nil, why
+-- o: {package = distros.package record}; an instance shares every method of its class.
+function Engine:new(o)
+  o = o or {}
+  return setmetatable({ package = o.package, version = o.package and o.package.version }, self)
+end
+
+-- Kept for configurers written against the old table form.
+function M.define(spec)
+  return Engine:extend(spec)
+end
+
+-- distros.engine.load("rke2") -> configurer class | nil, why
 function M.load(type_name)
   for _, t in ipairs(M.TYPES) do
     if t == type_name then return require("distros." .. t) end
   end
   return nil, string.format("unknown engine type %q (known: %s)", tostring(type_name), table.concat(M.TYPES, ", "))
+end
+
+-- distros.engine.for_package(pkg) -> the run's engine instance (ctx.engine) | nil, why.
+-- The package names the engine; nothing is probed to find it.
+function M.for_package(pkg)
+  if type(pkg) ~= "table" then return nil, "no distro package given" end
+  local cls, why = M.load(pkg.type)
+  if not cls then return nil, why end
+  return cls:new { package = pkg }
+end
+
+-- host (cargoship.host, after gather_facts) -> node: the node name Kubernetes will use, the
+-- addresses the config needs, the labels and taints from the merged host config.
+function M.node_of(host)
+  local f, cfg = host.facts or {}, host.config or {}
+  local eng = cfg.engine or {}
+  return { name = f.node_name or cfg.hostname or host.name, role = host.role or cfg.role,
+           hostname = f.hostname, fqdn = f.fqdn, private_address = f.private_address,
+           labels = eng.labels, taints = eng.taints, bootstrapped = f.bootstrapped }
+end
+
+-- hosts: the run's hosts in config order; leader: the leader host (ctx.leader);
+-- cluster_cfg: the loaded cluster file (loadbalancer, registries); secret: from the leader.
+function M.cluster_view(hosts, leader, cluster_cfg, secret)
+  cluster_cfg = cluster_cfg or {}
+  local view = { controllers = {}, nodes = {}, loadbalancer = cluster_cfg.loadbalancer,
+                 registries = cluster_cfg.registries, secret = secret }
+  for _, h in ipairs(hosts or {}) do
+    local n = M.node_of(h)
+    view.nodes[#view.nodes + 1] = n
+    if n.role == "controller" then view.controllers[#view.controllers + 1] = n end
+    if h == leader then view.leader = n end
+  end
+  return view
 end
 
 -- Builtins only until the binary itself runs: no subshell, no `exit`, so host:probes can
@@ -46,9 +118,8 @@ local VERSION = "v%d+%.%d+%.%d+[%w.+-]*"
 
 function Engine:parse_version(out)
   out = out or ""
-  local v = out:match(self.version_prefix:gsub("%p", "%%%0") .. "%s+(" .. VERSION .. ")")
+  return out:match(self.version_prefix:gsub("%p", "%%%0") .. "%s+(" .. VERSION .. ")")
     or out:match("(" .. VERSION .. ")")
-  return v
 end
 
 function Engine:service(role)
@@ -67,6 +138,8 @@ function Engine:service_active_probe(role, os)
   return shell.fmt("systemctl is-active --quiet %s", name)
 end
 
+-- ---- kubectl on the leader -----------------------------------------------------------
+
 -- args: a list of words, each quoted; a string would be an unaudited shell fragment.
 function Engine:kubectl(args)
   if type(args) ~= "table" then error("kubectl: args must be a list of words", 2) end
@@ -74,6 +147,88 @@ function Engine:kubectl(args)
   if #args > 0 then cmd = cmd .. " " .. shell.words(table.unpack(args)) end
   return cmd
 end
+
+local function node_name(n)
+  local name = type(n) == "table" and n.name or n
+  if type(name) ~= "string" or name == "" then error("a node name is needed", 3) end
+  return name
+end
+
+function Engine:drain(n)
+  return self:kubectl { "drain", "--delete-emptydir-data", "--ignore-daemonsets", "--disable-eviction", node_name(n) }
+end
+function Engine:cordon(n) return self:kubectl { "cordon", node_name(n) } end
+function Engine:uncordon(n) return self:kubectl { "uncordon", node_name(n) } end
+function Engine:delete_node(n) return self:kubectl { "delete", "node", node_name(n) } end
+function Engine:apply(path) return self:kubectl { "apply", "-f", path } end
+function Engine:get_nodes() return self:kubectl { "get", "nodes", "-o", "json" } end
+
+-- labels: {k = "v"} (sorted, so the command is stable); a value of false removes the label.
+function Engine:label(n, labels)
+  local keys = {}
+  for k in pairs(labels or {}) do keys[#keys + 1] = k end
+  if #keys == 0 then error("label: no labels given", 2) end
+  table.sort(keys)
+  local words = { "label", "node", node_name(n) }
+  for _, k in ipairs(keys) do
+    words[#words + 1] = labels[k] == false and (k .. "-") or (k .. "=" .. tostring(labels[k]))
+  end
+  words[#words + 1] = "--overwrite"
+  return self:kubectl(words)
+end
+
+-- One word: quoting keeps the jsonpath's own quotes intact through the shell.
+local READY_PATH = [[jsonpath={.status.conditions[?(@.type=="Ready")].status}]]
+function Engine:ready_check(n) return self:kubectl { "get", "node", node_name(n), "-o", READY_PATH } end
+function Engine.parse_ready(_, out) return (out or ""):match("^%s*True%s*$") ~= nil end
+
+-- A step the phase runs on the leader (kubectl), with its own sentence.
+function Engine.kubectl_step(_, name, n, cmd, say)
+  return action.step { name = name, node = node_name(n), cmd = cmd, on = "leader", say = say }
+end
+
+-- ---- services ------------------------------------------------------------------------
+
+function Engine:wait_ready(n)
+  return self:kubectl_step("wait_ready", n, self:ready_check(n),
+    string.format("wait for node %s Ready", node_name(n)))
+end
+
+function Engine:start(n)
+  local svc = self:service(n.role)
+  return { action.service { verb = "start", service = svc }, action.service { verb = "enable", service = svc },
+           self:wait_ready(n) }
+end
+
+function Engine:stop(n)
+  return { action.service { verb = "stop", service = self:service(n.role) } }
+end
+
+-- ---- install from staged files ---------------------------------------------------------
+
+-- os must answer install_local(paths, names) (cargoship.os.linux): rpm/apt files go
+-- through the host's package manager; binaries were staged beside their target.
+function Engine.install(_, _, staged, os)
+  if type(staged) ~= "table" then error("install: staged files are needed", 2) end
+  if staged.method == "binary" then
+    local out = {}
+    for _, m in ipairs(staged.moves or {}) do
+      out[#out + 1] = action.run { cmd = shell.fmt("mv -f -- %s %s", m.from, m.to),
+                                   say = "install " .. m.to }
+    end
+    return out
+  end
+  if staged.method ~= "rpm" and staged.method ~= "apt" then
+    error("install: unknown staging method " .. tostring(staged.method), 2)
+  end
+  if not os then error("install: the host's OS configurer is needed for " .. staged.method .. " files", 2) end
+  local acts, why = os:install_local(staged.paths or {}, staged.names)
+  if not acts then error("install: " .. why, 2) end
+  return acts
+end
+
+function Engine.image_import() return {} end
+function Engine.image_dir() return nil end
 
 -- ---- versions ------------------------------------------------------------------------
 
@@ -140,21 +295,82 @@ function M.compare_versions(a, b)
 end
 Engine.compare_versions = function(_, a, b) return M.compare_versions(a, b) end
 
--- What a host needs against the package: "install" | "upgrade" | "up to date" | "downgrade"
--- | nil, why
-function M.judge(installed, package_version)
-  if not installed then return "install" end
-  local c, why = M.compare_versions(installed, package_version)
-  if not c then return nil, why end
-  if c < 0 then return "upgrade" elseif c == 0 then return "up to date" end
-  return "downgrade"
+-- Minor versions an upgrade crosses; a major change counts as unbounded.
+function M.minor_jump(installed, target)
+  local x, y = M.parse(installed), M.parse(target)
+  if not x or not y then return 0 end
+  if x[1] ~= y[1] then return math.huge end
+  return y[2] - x[2]
 end
 
--- Minor versions an upgrade crosses (kubeadm refuses to skip one).
-function M.minor_jump(installed, package_version)
-  local x, y = M.parse(installed), M.parse(package_version)
-  if not x or not y or x[1] ~= y[1] then return 0 end
-  return y[2] - x[2]
+-- M.judge(installed|nil, target, {role, allow_downgrade, name}) ->
+--   {verdict, reason, refused, warning?, installed, target}
+-- verdict: "install" (nothing installed), "same", "upgrade", "downgrade", "minor_skip",
+-- "unreadable" (a version that does not parse). refused = the host must not go on.
+-- The rule (Kubernetes version skew policy; kubeadm enforces it): control planes move one
+-- minor at a time, so a controller skipping a minor is refused, whatever the engine. A
+-- kubelet may trail the API server by up to three minors, so a worker jumping more than
+-- one is allowed with a warning (its controllers are upgraded first, one minor at a time).
+-- A downgrade is refused unless allow_downgrade.
+function M.judge(installed, target, opts)
+  opts = opts or {}
+  local name = opts.name or "the engine"
+  local r = { installed = installed, target = target, refused = false }
+  local function say(verdict, reason, refused)
+    r.verdict, r.reason, r.refused = verdict, reason, refused or false
+    return r
+  end
+  if not M.parse(target) then
+    return say("unreadable", string.format("cannot read the package's version %q", tostring(target)), true)
+  end
+  if installed == nil then return say("install", string.format("%s is not installed: install %s", name, target)) end
+  local c, why = M.compare_versions(installed, target)
+  if not c then return say("unreadable", why .. " (installed)", true) end
+  if c == 0 then return say("same", string.format("%s %s is the package's version", name, installed)) end
+  if c > 0 then
+    local msg = string.format("will not downgrade %s: installed %s is newer than the package's %s",
+      name, installed, target)
+    if opts.allow_downgrade then
+      r.warning = msg .. " (allowed by option)"
+      return say("downgrade", r.warning)
+    end
+    return say("downgrade", msg, true)
+  end
+  local jump = M.minor_jump(installed, target)
+  if jump > 1 then
+    local span = jump == math.huge and "a major version" or string.format("%d minor versions", jump)
+    if opts.role == "controller" then
+      return say("minor_skip", string.format("cannot upgrade %s from %s to %s: it crosses %s and a control plane"
+        .. " moves one minor version at a time (upgrade through each minor first)", name, installed, target, span),
+        true)
+    end
+    r.warning = string.format("upgrade from %s to %s skips %s minor version(s); Kubernetes supports one minor"
+      .. " at a time on controllers, a kubelet may trail by up to three", installed, target,
+      jump == math.huge and "a major version's" or tostring(jump - 1))
+  end
+  return say("upgrade", string.format("upgrade %s from %s to %s", name, installed, target))
+end
+
+-- engine:judge(installed, target?, opts) -> the same record; target defaults to the package's.
+function Engine:judge(installed, target, opts)
+  opts = opts or {}
+  if opts.name == nil then
+    opts = setmetatable({ name = self.name }, { __index = opts })
+  end
+  return M.judge(installed, target or self.version, opts)
+end
+
+-- 64 characters of [A-Za-z0-9] from 64 random bytes (the caller reads them: no I/O here);
+-- byte % 62 favours the first eight letters slightly, which costs under 0.1 bit per character.
+local ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+function M.token_from_bytes(bytes)
+  if type(bytes) ~= "string" or #bytes < 64 then error("token_from_bytes: 64 random bytes are needed", 2) end
+  local out = {}
+  for i = 1, 64 do
+    local b = bytes:byte(i) % #ALNUM + 1
+    out[i] = ALNUM:sub(b, b)
+  end
+  return table.concat(out)
 end
 
 M.Engine = Engine

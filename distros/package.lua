@@ -1,6 +1,8 @@
 -- distros.package: reads what apply needs from a distro.yaml (kind ZarfDistro): engine type, version, architectures.
 --
--- read(path) -> {type, version, architectures = {..}, name, file} | nil, why
+-- read(path) -> {type, version, architectures = {..}, name, file, engine} | nil, why
+-- engine: spec.config.engine as written ({config, audit, podSecurity, manifest}), which the
+-- engine configurers render from.
 -- path is a distro.yaml or a directory holding one. Architectures: build.architectures
 -- (written by create, authoritative), else build.architecture, else
 -- metadata.architectures, else metadata.architecture, else amd64 (the build's default).
@@ -58,7 +60,9 @@ function M.read(path)
   local arches = list_of(field(d, "build", "architectures")) or list_of(field(d, "build", "architecture"))
     or list_of(field(d, "metadata", "architectures")) or list_of(field(d, "metadata", "architecture"))
     or { "amd64" }
-  return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = path }
+  local section = field(d, "spec", "config", "engine")
+  return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = path,
+           engine = type(section) == "table" and section or {} }
 end
 
 return M

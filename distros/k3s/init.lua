@@ -1,7 +1,7 @@
--- distros.k3s: the k3s engine configurer (engines.md §1): one binary that is also kubectl.
-local engine = require "distros.engine"
+-- distros.k3s: the k3s engine configurer (engines.md §1): one binary that is also kubectl; joins on 6443.
+local rancher = require "distros.rancher"
 
-return engine.define {
+return rancher:extend {
   name = "k3s",
   binary = "k3s",
   binary_paths = { "/usr/local/bin/k3s" },
@@ -11,5 +11,8 @@ return engine.define {
   kubeconfig = "/etc/rancher/k3s/k3s.yaml",
   kubectl_words = { "/usr/local/bin/k3s", "kubectl" },
   data_dir = "/var/lib/rancher/k3s",
-  config_path = "/etc/rancher/k3s/config.yaml",
+  config_dir = "/etc/rancher/k3s",
+  -- k3s serves its supervisor and the API on one port (upstream's 9345 is rke2's; §6.1)
+  join_port = 6443,
+  killall = "k3s-killall.sh",
 }

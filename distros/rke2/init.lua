@@ -1,7 +1,7 @@
--- distros.rke2: the RKE2 engine configurer (engines.md §1): binaries, services, kubeconfig and version format.
-local engine = require "distros.engine"
+-- distros.rke2: the RKE2 engine configurer (engines.md §1): the Rancher family, its paths, the 9345 supervisor.
+local rancher = require "distros.rancher"
 
-return engine.define {
+return rancher:extend {
   name = "rke2",
   binary = "rke2",
   -- tarball installs to /usr/local/bin, the RPM to /usr/bin
@@ -11,5 +11,7 @@ return engine.define {
   kubeconfig = "/etc/rancher/rke2/rke2.yaml",
   kubectl_words = { "/var/lib/rancher/rke2/bin/kubectl" },
   data_dir = "/var/lib/rancher/rke2",
-  config_path = "/etc/rancher/rke2/config.yaml",
+  config_dir = "/etc/rancher/rke2",
+  join_port = 9345,
+  killall = "rke2-killall.sh",
 }

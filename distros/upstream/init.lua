@@ -1,7 +1,26 @@
--- distros.upstream: the kubeadm + containerd engine configurer (engines.md §1); the kubelet tells the version.
+-- distros.upstream: the kubeadm + containerd engine configurer (engines.md §1, §2.4, §2.5); overrides most of the base.
+--
+-- Verbs beyond distros.engine's (node, cluster, staged: see there; node.bootstrapped = the
+-- node's /etc/kubernetes/kubelet.conf exists, from bootstrapped_probe()):
+--   render_config(node, cluster) -> {path, content, mode = "0600"}   kubeadm-config.yaml
+--       leader: ClusterConfiguration + InitConfiguration + KubeletConfiguration;
+--       others: JoinConfiguration (needs cluster.secret = {token, ca_cert_hash}) + KubeletConfiguration
+--   runtime_files() -> containerd config.toml and crictl.yaml;  config_files / configure(node, cluster)
+--   bootstrapped_probe() -> cmd (exit 0 when bootstrapped)
+--   start(node, cluster) -> actions        kubeadm init (leader) | kubeadm join | start kubelet
+--   parse_init_output(out) -> {token, ca_cert_hash, certificate_key?} | nil   (also `token create` output)
+--   token_create() -> cmd (a fresh join command: bootstrap tokens expire after 24 h)
+--   join_secret_save(secret) -> write actions on the leader;  join_secret_read() -> cmd;
+--   parse_join_secret(out) -> secret | nil;  join_secret_write(secret) -> {} (the secret goes
+--       into the JoinConfiguration instead of a file)
+--   image_import(files) -> one `ctr -n k8s.io images import` per file
+--   upgrade(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
+local action = require "cargoship.action"
 local engine = require "distros.engine"
+local shell = require "cargoship.shell"
+local yaml = require "cargoship.yaml"
 
-return engine.define {
+local M = engine.Engine:extend {
   name = "upstream",
   binary = "kubelet",
   binary_paths = { "/usr/bin/kubelet", "/usr/local/bin/kubelet" },
@@ -11,7 +30,232 @@ return engine.define {
   kubeconfig = "/etc/kubernetes/admin.conf",
   kubectl_words = { "kubectl" },
   data_dir = "/var/lib/kubelet",
+  config_dir = "/etc/kubernetes",
   config_path = "/etc/kubernetes/kubeadm-config.yaml",
-  -- kubeadm cannot skip a minor version on upgrade
-  max_minor_step = 1,
+  staging_dir = "/var/lib/kubernetes",
+  join_port = 6443,
+  cri_socket = "unix:///run/containerd/containerd.sock",
+  token_path = "/etc/kubernetes/pki/cargoship-join-token",
+  ca_hash_path = "/etc/kubernetes/pki/cargoship-ca-cert-hash",
+  bootstrapped_marker = "/etc/kubernetes/kubelet.conf",
 }
+
+local API = "kubeadm.k8s.io/v1beta4"
+
+local function endpoint(cluster)
+  local h = cluster.loadbalancer or (cluster.leader and (cluster.leader.fqdn or cluster.leader.hostname
+    or cluster.leader.private_address or cluster.leader.name))
+  if not h then error("render_config: a loadbalancer or a leader is needed", 3) end
+  if h:find(":", 1, true) and not h:find("^%[") then h = "[" .. h .. "]" end
+  return h .. ":6443"
+end
+
+local function is_leader(n, cluster)
+  return n.role == "controller" and cluster.leader ~= nil and cluster.leader.name == n.name
+end
+
+-- kubeadm v1beta4 takes extra args as a list of {name, value}.
+local function node_registration(self, n)
+  local reg = { name = n.name, criSocket = self.cri_socket }
+  local args = {}
+  if n.private_address then args[#args + 1] = { name = "node-ip", value = n.private_address } end
+  local labels = {}
+  for k, v in pairs(n.labels or {}) do labels[#labels + 1] = k .. "=" .. tostring(v) end
+  table.sort(labels)
+  if #labels > 0 then args[#args + 1] = { name = "node-labels", value = table.concat(labels, ",") } end
+  if #args > 0 then reg.kubeletExtraArgs = args end
+  if n.taints and #n.taints > 0 then
+    reg.taints = {}
+    for _, t in ipairs(n.taints) do
+      local key, value, effect = t:match("^([^=:]+)=?([^:]*):(%a+)$")
+      if not key then error("render_config: taint " .. t .. " is not key[=value]:Effect", 4) end
+      reg.taints[#reg.taints + 1] = { key = key, value = value ~= "" and value or nil, effect = effect }
+    end
+  end
+  return reg
+end
+
+local function cluster_configuration(self, cluster)
+  local section = cluster.engine_config or (self.package and self.package.engine) or {}
+  local cfg = section.config or {}
+  local networking = { serviceSubnet = (cfg.networking or {}).serviceSubnet or "10.96.0.0/12",
+                       podSubnet = (cfg.networking or {}).podSubnet }
+  local sans = {}
+  if cluster.loadbalancer then sans[#sans + 1] = cluster.loadbalancer end
+  for _, c in ipairs(cluster.controllers or {}) do sans[#sans + 1] = c.fqdn or c.hostname or c.name end
+  local doc = { apiVersion = API, kind = "ClusterConfiguration",
+                kubernetesVersion = "v" .. assert(self.version, "render_config: the package's version"):gsub("^v", ""),
+                controlPlaneEndpoint = endpoint(cluster), networking = networking,
+                imageRepository = cfg.imageRepository }
+  doc.apiServer = { certSANs = #sans > 0 and sans or nil, extraArgs = (cfg.apiServer or {}).extraArgs }
+  if not next(doc.apiServer) then doc.apiServer = nil end
+  return doc
+end
+
+local KUBELET = { apiVersion = "kubelet.config.k8s.io/v1beta1", kind = "KubeletConfiguration",
+                 cgroupDriver = "systemd" }
+
+function M:render_config(n, cluster)
+  cluster = cluster or {}
+  local docs = {}
+  if is_leader(n, cluster) then
+    docs[1] = cluster_configuration(self, cluster)
+    docs[2] = { apiVersion = API, kind = "InitConfiguration", nodeRegistration = node_registration(self, n) }
+  else
+    local s = cluster.secret
+    if not (s and s.token and s.ca_cert_hash) then
+      error("render_config: joining needs cluster.secret = {token, ca_cert_hash} from the leader", 2)
+    end
+    local join = { apiVersion = API, kind = "JoinConfiguration", nodeRegistration = node_registration(self, n),
+                   discovery = { bootstrapToken = { token = s.token, apiServerEndpoint = endpoint(cluster),
+                                                    caCertHashes = { s.ca_cert_hash } } } }
+    if n.role == "controller" then
+      join.controlPlane = { certificateKey = s.certificate_key,
+                            localAPIEndpoint = n.private_address and { advertiseAddress = n.private_address } or nil }
+    end
+    docs[1] = join
+  end
+  docs[#docs + 1] = KUBELET
+  local parts = {}
+  for i, d in ipairs(docs) do parts[i] = yaml.dump(d) end
+  return { path = self.config_path, content = "---\n" .. table.concat(parts, "---\n"), mode = "0600" }
+end
+
+-- containerd's CRI plugin reads hosts.toml only with config_path set (engines.md §2.4).
+function M:runtime_files()
+  local pause = self.package and self.package.pause_image
+  local lines = { "version = 2", "", '[plugins."io.containerd.grpc.v1.cri"]' }
+  if pause then lines[#lines + 1] = string.format("  sandbox_image = %q", pause) end
+  for _, l in ipairs({
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
+    '  runtime_type = "io.containerd.runc.v2"',
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]',
+    "  SystemdCgroup = true",
+    '[plugins."io.containerd.grpc.v1.cri".registry]',
+    '  config_path = "/etc/containerd/certs.d"',
+  }) do lines[#lines + 1] = l end
+  local toml = table.concat(lines, "\n") .. "\n"
+  local crictl = string.format("runtime-endpoint: %s\nimage-endpoint: %s\n", self.cri_socket, self.cri_socket)
+  return { { path = "/etc/containerd/config.toml", content = toml, mode = "0644" },
+           { path = "/etc/crictl.yaml", content = crictl, mode = "0644" } }
+end
+
+function M:config_files(n, cluster)
+  local files = { self:render_config(n, cluster) }
+  for _, f in ipairs(self:runtime_files()) do files[#files + 1] = f end
+  return files
+end
+
+function M:configure(n, cluster)
+  local out = {}
+  for _, f in ipairs(self:config_files(n, cluster)) do
+    out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
+  end
+  return out
+end
+
+function M:bootstrapped_probe() return shell.fmt("test -e %s", self.bootstrapped_marker) end
+
+-- kubeadm starts the control plane itself; the kubelet service only has to be enabled.
+function M:start(n, cluster)
+  cluster = cluster or {}
+  local out = { action.service { verb = "enable", service = "kubelet" } }
+  if n.bootstrapped then
+    out[#out + 1] = action.service { verb = "start", service = "kubelet" }
+  elseif is_leader(n, cluster) then
+    out[#out + 1] = action.run { cmd = shell.fmt("kubeadm init --config %s --upload-certs", self.config_path),
+                                 timeout = 900, secret = true, say = "kubeadm init on " .. n.name }
+  else
+    out[#out + 1] = action.run { cmd = shell.fmt("kubeadm join --config %s", self.config_path), timeout = 900,
+                                 say = "kubeadm join " .. n.name }
+  end
+  out[#out + 1] = self:wait_ready(n)
+  return out
+end
+
+-- From `kubeadm init` (or `kubeadm token create --print-join-command`) output.
+function M.parse_init_output(_, out)
+  out = out or ""
+  local token = out:match("%-%-token%s+([%w]+%.[%w]+)")
+  local hash = out:match("%-%-discovery%-token%-ca%-cert%-hash%s+(sha256:%x+)")
+  if not (token and hash) then return nil end
+  return { token = token, ca_cert_hash = hash, certificate_key = out:match("%-%-certificate%-key%s+(%x+)") }
+end
+
+function M.token_create() return "kubeadm token create --print-join-command" end
+
+function M:join_secret_save(s)
+  return { action.write { path = self.token_path, content = s.token .. "\n", mode = "0600", secret = true,
+                          say = "save the join token on the leader" },
+           action.write { path = self.ca_hash_path, content = s.ca_cert_hash .. "\n", mode = "0600", secret = true,
+                          say = "save the CA certificate hash on the leader" } }
+end
+
+function M:join_secret_read()
+  return shell.fmt("{ sed 's/^/token=/' %s; sed 's/^/ca_cert_hash=/' %s; } 2>/dev/null; true",
+    self.token_path, self.ca_hash_path)
+end
+
+function M.parse_join_secret(_, out)
+  local s = {}
+  for line in (out or ""):gmatch("[^\n]+") do
+    local k, v = line:match("^(%a[%w_]*)=(%S+)%s*$")
+    if k == "token" or k == "ca_cert_hash" then s[k] = s[k] or v end
+  end
+  if s.token and s.ca_cert_hash then return s end
+  return nil
+end
+
+function M.join_secret_write() return {} end
+
+-- No watcher imports tarballs into containerd: each file is imported into kubelet's namespace.
+function M.image_import(_, files)
+  local out = {}
+  for _, f in ipairs(files or {}) do
+    out[#out + 1] = action.run { cmd = shell.fmt("ctr -n k8s.io images import %s", f), timeout = 1800,
+                                 say = "import images from " .. f }
+  end
+  return out
+end
+
+function M:upgrade(n, cluster, staged, os)
+  cluster = cluster or {}
+  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+  if staged and staged.method ~= "binary" and os then
+    local cmd = os:unhold_packages({ "kubeadm", "kubelet", "kubectl" })
+    if cmd then out[#out + 1] = action.run { cmd = cmd } end
+  end
+  for _, a in ipairs(self:install(n, staged, os)) do out[#out + 1] = a end
+  if is_leader(n, cluster) then
+    out[#out + 1] = action.run { cmd = "kubeadm upgrade plan", timeout = 300 }
+    out[#out + 1] = action.run { cmd = shell.fmt("kubeadm upgrade apply %s -y", "v" .. self.version:gsub("^v", "")),
+                                 timeout = 1800 }
+  else
+    out[#out + 1] = action.run { cmd = "kubeadm upgrade node", timeout = 900 }
+  end
+  out[#out + 1] = action.service { verb = "restart", service = "kubelet" }
+  out[#out + 1] = self:wait_ready(n)
+  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
+  return out
+end
+
+-- Best effort after kubeadm reset (engines.md §2.5): CNI links and the rules kube-proxy left.
+local CLEANUP = "ip link delete cni0 2>/dev/null; ip link delete flannel.1 2>/dev/null; "
+  .. "for t in filter nat mangle; do iptables -t $t -F 2>/dev/null; iptables -t $t -X 2>/dev/null; done; true"
+
+function M:reset(_, os, names)
+  local out = { action.run { cmd = "kubeadm reset -f", timeout = 300 },
+                action.run { cmd = CLEANUP, say = "remove CNI links and iptables rules (best effort)" } }
+  if names and #names > 0 then
+    if not os then error("reset: the host's OS configurer is needed to remove packages", 2) end
+    local cmd, why = os:remove_packages(names)
+    if not cmd then error("reset: " .. why, 2) end
+    out[#out + 1] = action.run { cmd = cmd }
+  end
+  for _, p in ipairs({ self.data_dir, self.config_dir, self.staging_dir }) do
+    out[#out + 1] = action.remove { path = p, recursive = true }
+  end
+  return out
+end
+
+return M

@@ -23,8 +23,13 @@ end
 
 function M.install_packages(_, names) return linux.words_command(APT .. " install", names) end
 
--- apt-get installs a local .deb only when it is written as a path (absolute or ./).
-function M.install_files(_, paths) return linux.words_command(APT .. " install", paths) end
+-- apt-get installs a local .deb only when it is written as a path (absolute or ./); it
+-- never runs `apt-get update` here: an air-gapped host has no index to fetch.
+function M.install_files(_, paths)
+  local local_paths = {}
+  for i, p in ipairs(paths) do local_paths[i] = p:find("^%.?%.?/") and p or ("./" .. p) end
+  return linux.words_command(APT .. " install", local_paths)
+end
 
 function M.remove_packages(_, names) return linux.words_command(APT .. " remove", names) end
 function M.hold_packages(_, names) return linux.words_command("apt-mark hold", names) end

@@ -1,5 +1,24 @@
--- cargoship.os.firewall: which firewall front end a host would use (engines.md §5.2) and which rules it can express.
+-- cargoship.os.firewall: the front end a host would use (engines.md §5.2), the rules it can express, the actions.
+--
+-- actions(backend, plan) -> action records | nil, why, for one node:
+--   plan = {trust = {"10.0.0.2", "10.42.0.0/16", "fd00::/64"..}   (other nodes, pod/service CIDRs)
+--           ports = {{port = "6443"|"30000-32767", protocol = "tcp"|"udp"}..}   (.host.ports)
+--           previous = content of the recorded ufw rule set (ufw; nil when none)
+--           nftables_conf = {path, content} (nftables: the boot-time file to include ours)}
+-- firewalld: ipsets in the trusted zone, the ports as service distro-exposed-ports in public;
+-- ufw: tagged rules plus the app profile cargoship-ports, the applied set recorded so the
+-- next run deletes what was dropped, never `ufw enable`; nftables: one table `inet cargoship`
+-- replaced atomically from a file outside /etc/cargoship (engines.md §6.9).
+local action = require "cargoship.action"
+local edit = require "cargoship.os.edit"
+local shell = require "cargoship.shell"
+
 local M = {}
+
+M.FIREWALLD_SERVICE = "distro-exposed-ports"
+M.UFW_APP = "cargoship-ports"
+M.UFW_RECORD = "/var/lib/cargoship/ufw.rules"
+M.NFT_FILE = "/var/lib/cargoship/nftables.nft"
 
 -- Collects the front-end state as key=value lines, without root: firewalld is found by
 -- process name, ufw by its config file, zones from the zone directories. Constant text.
@@ -138,6 +157,181 @@ function M.policy_problems(backend, policy, fw)
   end
   table.sort(out)
   return out
+end
+
+
+-- ---- actions -------------------------------------------------------------------------
+
+local function family(a)
+  if a:match("^%d+%.%d+%.%d+%.%d+$") or a:match("^%d+%.%d+%.%d+%.%d+/%d+$") then return 4 end
+  if a:find(":", 1, true) and (a:match("^[%x:]+$") or a:match("^[%x:]+/%d+$")) then return 6 end
+  return nil
+end
+
+local function split_trust(list)
+  local v4, v6 = {}, {}
+  for _, a in ipairs(list or {}) do
+    local f = family(a)
+    if not f then return nil, nil, string.format("firewall: %q is not an address or CIDR", tostring(a)) end
+    if f == 4 then v4[#v4 + 1] = a else v6[#v6 + 1] = a end
+  end
+  return v4, v6
+end
+
+local function check_ports(ports)
+  for _, p in ipairs(ports or {}) do
+    local proto = p.protocol or "tcp"
+    if not (tostring(p.port):match("^%d+$") or tostring(p.port):match("^%d+%-%d+$")) then
+      return string.format("firewall: port %q is not a port or a range", tostring(p.port))
+    end
+    if proto ~= "tcp" and proto ~= "udp" then
+      return "firewall: protocol " .. tostring(proto) .. " is not tcp or udp"
+    end
+  end
+end
+
+local function xml_ipset(name, entries, v6)
+  local out = { '<?xml version="1.0" encoding="utf-8"?>', '<ipset type="hash:net">',
+                "  <short>" .. name .. "</short>" }
+  if v6 then out[#out + 1] = '  <option name="family" value="inet6"/>' end
+  for _, e in ipairs(entries) do out[#out + 1] = "  <entry>" .. e .. "</entry>" end
+  out[#out + 1] = "</ipset>"
+  return table.concat(out, "\n") .. "\n"
+end
+
+local function firewalld(plan, v4, v6)
+  local out, sets = {}, {}
+  for _, s in ipairs({ { "cargoship-trusted", v4, false }, { "cargoship-trusted6", v6, true } }) do
+    if #s[2] > 0 then
+      out[#out + 1] = action.write { path = "/etc/firewalld/ipsets/" .. s[1] .. ".xml", mode = "0644",
+                                     content = xml_ipset(s[1], s[2], s[3]) }
+      sets[#sets + 1] = s[1]
+    end
+  end
+  local svc = { '<?xml version="1.0" encoding="utf-8"?>', "<service>",
+                "  <short>" .. M.FIREWALLD_SERVICE .. "</short>" }
+  for _, p in ipairs(plan.ports or {}) do
+    svc[#svc + 1] = string.format('  <port protocol="%s" port="%s"/>', p.protocol or "tcp", p.port)
+  end
+  svc[#svc + 1] = "</service>"
+  local has_ports = plan.ports and #plan.ports > 0
+  if has_ports then
+    out[#out + 1] = action.write { path = "/etc/firewalld/services/" .. M.FIREWALLD_SERVICE .. ".xml", mode = "0644",
+                                   content = table.concat(svc, "\n") .. "\n" }
+  end
+  -- the reload makes the new permanent ipsets and service known before zones name them
+  out[#out + 1] = action.run { cmd = "firewall-cmd --reload", say = "reload firewalld" }
+  for _, name in ipairs(sets) do
+    out[#out + 1] = action.run { cmd = shell.fmt("firewall-cmd --permanent --zone=trusted --add-source=%s",
+      "ipset:" .. name), say = "trust ipset " .. name }
+  end
+  if has_ports then
+    out[#out + 1] = action.run { cmd = shell.fmt("firewall-cmd --permanent --zone=public --add-service=%s",
+      M.FIREWALLD_SERVICE), say = "open the exposed ports in zone public" }
+  end
+  out[#out + 1] = action.run { cmd = "firewall-cmd --reload", say = "apply the firewalld changes" }
+  return out
+end
+
+-- One line per rule, the same words a later run feeds to `ufw delete`.
+local function ufw_rules(plan)
+  local rules = {}
+  for _, a in ipairs(plan.trust or {}) do rules[#rules + 1] = "allow from " .. a end
+  if plan.ports and #plan.ports > 0 then rules[#rules + 1] = "allow " .. M.UFW_APP end
+  return rules
+end
+
+local function ufw(plan)
+  local out = {}
+  if plan.ports and #plan.ports > 0 then
+    local ports = {}
+    for _, p in ipairs(plan.ports) do
+      ports[#ports + 1] = tostring(p.port):gsub("%-", ":") .. "/" .. (p.protocol or "tcp") -- ufw spells ranges a:b
+    end
+    out[#out + 1] = action.write { path = "/etc/ufw/applications.d/cargoship", mode = "0644", content =
+      "[" .. M.UFW_APP .. "]\ntitle=cargoship exposed ports\ndescription=ports the cluster file opens (.host.ports)\n"
+      .. "ports=" .. table.concat(ports, "|") .. "\n" }
+    out[#out + 1] = action.run { cmd = shell.fmt("ufw app update %s", M.UFW_APP), say = "load the ufw app profile" }
+  end
+  local now, keep = ufw_rules(plan), {}
+  for _, r in ipairs(now) do keep[r] = true end
+  for line in (plan.previous or ""):gmatch("[^\n]+") do
+    if not keep[line] and line:match("^allow ") then
+      local words = { "ufw", "delete" }
+      for w in line:gmatch("%S+") do words[#words + 1] = w end
+      out[#out + 1] = action.run { cmd = shell.words(table.unpack(words)), say = "ufw: drop rule " .. line }
+    end
+  end
+  for _, r in ipairs(now) do
+    local words = { "ufw" }
+    for w in r:gmatch("%S+") do words[#words + 1] = w end
+    words[#words + 1] = "comment"
+    words[#words + 1] = "cargoship:" .. (r:match("^allow from") and "trust" or "ports")
+    out[#out + 1] = action.run { cmd = shell.words(table.unpack(words)), say = "ufw " .. r }
+  end
+  out[#out + 1] = action.write { path = M.UFW_RECORD, mode = "0644", content = #now > 0
+    and (table.concat(now, "\n") .. "\n") or "" }
+  return out
+end
+
+local function nft_set(name, kind, entries)
+  if #entries == 0 then return nil end
+  return string.format("  set %s {\n    type %s\n    flags interval\n    elements = { %s }\n  }", name, kind,
+    table.concat(entries, ", "))
+end
+
+-- Declaring the table before deleting it makes the file load whether it exists or not,
+-- and nft applies the whole file as one transaction.
+function M.nftables_ruleset(plan)
+  local v4, v6, why = split_trust(plan.trust)
+  if not v4 then return nil, why end
+  local body = {}
+  for _, s in ipairs({ nft_set("trusted4", "ipv4_addr", v4), nft_set("trusted6", "ipv6_addr", v6) }) do
+    body[#body + 1] = s
+  end
+  local rules = { "    type filter hook input priority filter; policy accept;" }
+  if #v4 > 0 then rules[#rules + 1] = "    ip saddr @trusted4 accept" end
+  if #v6 > 0 then rules[#rules + 1] = "    ip6 saddr @trusted6 accept" end
+  for _, proto in ipairs({ "tcp", "udp" }) do
+    local ports = {}
+    for _, p in ipairs(plan.ports or {}) do
+      if (p.protocol or "tcp") == proto then ports[#ports + 1] = tostring(p.port) end
+    end
+    if #ports > 0 then
+      rules[#rules + 1] = string.format("    %s dport { %s } accept", proto, table.concat(ports, ", "))
+    end
+  end
+  body[#body + 1] = "  chain input {\n" .. table.concat(rules, "\n") .. "\n  }"
+  return "table inet cargoship {}\ndelete table inet cargoship\ntable inet cargoship {\n"
+    .. table.concat(body, "\n") .. "\n}\n"
+end
+
+local function nftables(plan)
+  local text, why = M.nftables_ruleset(plan)
+  if not text then return nil, why end
+  local out = { action.write { path = M.NFT_FILE, content = text, mode = "0600" },
+                action.run { cmd = shell.fmt("nft -f %s", M.NFT_FILE), say = "load table inet cargoship" } }
+  local conf = plan.nftables_conf
+  if conf and conf.path then
+    local new = edit.include_line(conf.content, M.NFT_FILE)
+    if new ~= conf.content then
+      out[#out + 1] = action.write { path = conf.path, content = new,
+                                     say = "include table inet cargoship from " .. conf.path .. " at boot" }
+    end
+  end
+  return out
+end
+
+function M.actions(backend, plan)
+  plan = plan or {}
+  local v4, v6, why = split_trust(plan.trust)
+  if not v4 then return nil, why end
+  why = check_ports(plan.ports)
+  if why then return nil, why end
+  if backend == "firewalld" then return firewalld(plan, v4, v6) end
+  if backend == "ufw" then return ufw(plan) end
+  if backend == "nftables" then return nftables(plan) end
+  return nil, "firewall: no actions for front end " .. tostring(backend)
 end
 
 return M

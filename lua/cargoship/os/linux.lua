@@ -4,7 +4,22 @@
 -- does not set (paths merge key by key); `cfg = child:new{service_manager, service_dir}`
 -- is the per-host instance stored as host.os. Methods return command strings (or nil, why
 -- when the OS has no answer); the host object runs them, the configurer never does.
+-- Builders for the prepare phases (content from cargoship.os.edit, records from
+-- cargoship.action; `current` is the file as the host has it, nil when absent):
+--   sysctl(values) -> {path, content, mode = "0644", load = "sysctl --system"}
+--   sysctl_actions(values) -> {write, run load}
+--   environment_actions(current, vars) -> {write} | {} when unchanged | nil, why
+--   modules_actions(names, present?) -> writes for modules without a file (present: {name = true}),
+--       then one `modprobe` per module (loaded now, not only at the next boot)
+--   hosts_actions(current, nodes) -> {write} | {} | nil, why
+--   install_local(paths, names?) -> actions: staged package files through the package
+--       manager, then pinned (children: debian, rhel, sles); linux has none
+--   firewall_actions(backend, plan) -> actions (cargoship.os.firewall.actions)
+--   selinux_probe() / parse_selinux(out); boolean_probe(names) / parse_booleans(out)
+local action = require "cargoship.action"
+local edit = require "cargoship.os.edit"
 local firewall = require "cargoship.os.firewall"
+local selinux = require "cargoship.os.selinux"
 local service = require "cargoship.os.service"
 local shell = require "cargoship.shell"
 
@@ -102,6 +117,76 @@ function M.parse_package_query(_, out)
     if name and (status == "" or status == "installed") then found[name] = version end
   end
   return found
+end
+
+-- Staged files and pins through this OS's own package tool; children that have one override.
+function M:install_local(paths, names)
+  if #paths == 0 then return nil, "no package files given" end
+  local cmd, why = self:install_files(paths)
+  if not cmd then return nil, why end
+  local out = { action.run { cmd = cmd, timeout = 1800, say = "install " .. #paths .. " staged package file(s)" } }
+  if names and #names > 0 then
+    local hold = self:hold_packages(names)
+    if hold then out[#out + 1] = action.run { cmd = hold, say = "pin " .. table.concat(names, ", ") } end
+  end
+  return out
+end
+
+-- ---- prepare-phase builders ----------------------------------------------------------
+
+function M:sysctl(values)
+  return { path = self.paths.sysctl_dir .. "/99-cargoship.conf", content = edit.sysctl(values), mode = "0644",
+           load = "sysctl --system" }
+end
+
+function M:sysctl_actions(values)
+  local f = self:sysctl(values)
+  return { action.write { path = f.path, content = f.content, mode = f.mode },
+           action.run { cmd = f.load, say = "reload sysctl settings" } }
+end
+
+local function write_if_changed(path, current, content, mode)
+  if content == current then return {} end
+  return { action.write { path = path, content = content, mode = mode } }
+end
+
+function M:environment_actions(current, vars)
+  local content, why = edit.environment(current, vars)
+  if not content then return nil, why end
+  return write_if_changed(self.paths.environment, current, content, "0644")
+end
+
+function M:hosts_actions(current, nodes)
+  local content, why = edit.hosts(current, nodes)
+  if not content then return nil, why end
+  return write_if_changed(self.paths.hosts, current, content, "0644")
+end
+
+-- A modules-load.d file makes the module load at boot; modprobe loads it now, so nothing
+-- waits for a reboot (distro-package.md §14.7). 0644: systemd-modules-load reads it as root,
+-- and a module name is no secret.
+function M:modules_actions(names, present)
+  local writes, probes = {}, {}
+  for _, name in ipairs(names or {}) do
+    local content, why = edit.module_file(name)
+    if not content then return nil, why end
+    if not (present and present[name]) then
+      writes[#writes + 1] = action.write { path = self.paths.modules_load_dir .. "/" .. name .. ".conf",
+                                           content = content, mode = "0644" }
+    end
+    probes[#probes + 1] = action.run { cmd = shell.fmt("modprobe -- %s", name), say = "load kernel module " .. name }
+  end
+  for _, a in ipairs(probes) do writes[#writes + 1] = a end
+  return writes
+end
+
+M.selinux_probe = function() return selinux.PROBE end
+M.parse_selinux = function(_, out) return selinux.parse(out) end
+M.boolean_probe = function(_, names) return selinux.boolean_probe(names) end
+M.parse_booleans = function(_, out) return selinux.parse_booleans(out) end
+
+function M.firewall_actions(_, backend, plan)
+  return firewall.actions(backend, plan)
 end
 
 -- host.os:firewall_backend(facts.firewall) -> backend | nil, why

@@ -1,4 +1,5 @@
 -- cargoship.os.rhel: Enterprise Linux (RHEL and its rebuilds): rpm/dnf, firewalld, SELinux and fapolicyd.
+local action = require "cargoship.action"
 local linux = require "cargoship.os.linux"
 local shell = require "cargoship.shell"
 
@@ -36,5 +37,21 @@ end
 function M:remove_packages(names) return linux.words_command(self:pm() .. " remove -y", names) end
 function M:hold_packages(names) return linux.words_command(self:pm() .. " versionlock add", names) end
 function M:unhold_packages(names) return linux.words_command(self:pm() .. " versionlock delete", names) end
+
+-- Pinning needs the versionlock plugin, which minimal installs lack: without it the
+-- packages are installed unpinned and the host says so (distro-package.md §12).
+function M:install_local(paths, names)
+  local out, why = linux.install_local(self, paths, nil)
+  if not out then return nil, why end
+  if names and #names > 0 then
+    local pm = self:pm()
+    out[#out + 1] = action.run {
+      cmd = string.format("if %s versionlock list >/dev/null 2>&1; then %s; else echo %s >&2; fi", pm,
+        self:hold_packages(names), shell.quote("warning: the " .. pm .. " versionlock plugin is absent: "
+          .. table.concat(names, " ") .. " not pinned")),
+      say = "pin " .. table.concat(names, ", ") .. " (where versionlock is available)" }
+  end
+  return out
+end
 
 return M

@@ -1,11 +1,12 @@
 -- Phase "Gathering facts about the distro installed": engine version and state per host; install, upgrade or refuse.
 --
--- Every engine type is probed (six commands, one round trip), so a host running another
--- engine than the package's is caught before anything is installed next to it.
--- Stores host.facts.engines = {<type> = {version, running}} (what is present) and
--- host.facts.engine = {type, version, running, service, action}; action is "install",
--- "upgrade" or "up to date" against ctx.distro, nil without a package. A downgrade (host
--- newer than the package) fails that host unless ctx.options.allow_downgrade.
+-- With a package, only its engine (ctx.engine, from distros.engine.for_package) is probed:
+-- the package names the engine. Without one, every known engine is probed (one round trip)
+-- to report what is there. Stores host.facts.engines = {<type> = {version, running}} (what
+-- the probes found) and host.facts.engine = {type, version, running, service, action};
+-- action is the engine's verdict ("install", "upgrade", "same", "downgrade", "minor_skip";
+-- distros.engine.judge) against the package, nil without one. A refused verdict (downgrade
+-- without ctx.options.allow_downgrade, a controller skipping a minor) fails that host.
 -- ctx.state.leader = first controller whose controller service runs, else first controller;
 -- ctx.state.engine_running = some controller's service runs; ctx.state.engine_type.
 local shell = require "cargoship.shell"
@@ -23,9 +24,16 @@ function M.prepare(ctx)
   return ctx.hosts
 end
 
-function M.probes(host)
+-- The engine types a run probes: the package's alone, else all known ones.
+function M.types(ctx)
+  local eng = ctx and (ctx.engine or (ctx.distro and engine.for_package(ctx.distro)))
+  if eng then return { eng.name } end
+  return engine.TYPES
+end
+
+function M.probes(host, types)
   local p = {}
-  for _, t in ipairs(engine.TYPES) do
+  for _, t in ipairs(types or engine.TYPES) do
     local e = engine.load(t)
     p[t .. "_version"] = e:version_probe()
     -- asking the service manager (systemctl is costly) only where the engine is installed
@@ -37,9 +45,9 @@ function M.probes(host)
 end
 
 -- Probe answers -> engines present {type = {version, running}}. Pure.
-function M.present(res)
+function M.present(res, types)
   local found = {}
-  for _, t in ipairs(engine.TYPES) do
+  for _, t in ipairs(types or engine.TYPES) do
     local e = engine.load(t)
     local v = res[t .. "_version"]
     local version = v and v.code == 0 and e:parse_version(v.out) or nil
@@ -49,8 +57,9 @@ function M.present(res)
   return found
 end
 
--- The judgement for one host -> engine fact, warnings | nil, error. Pure.
-function M.judge(host, found, distro, options)
+-- The judgement for one host -> engine fact, warnings | nil, error. Pure; eng defaults to
+-- the package's engine (ctx.engine when the context has one).
+function M.judge(host, found, distro, options, eng)
   options = options or {}
   local warnings = {}
   if not distro then
@@ -63,38 +72,14 @@ function M.judge(host, found, distro, options)
     end
     return { running = false }, warnings
   end
-  for _, t in ipairs(engine.TYPES) do
-    local f = found[t]
-    if t ~= distro.type and f then
-      local what = string.format("%s %s", t, f.version or "(version unknown)")
-      if f.running then
-        return nil, string.format("%s is running here but the package installs %s: reset the host first",
-          what, distro.type)
-      end
-      warnings[#warnings + 1] = what .. " is installed (not running) beside the package's " .. distro.type
-    end
-  end
-  local e = engine.load(distro.type)
+  local e = eng or assert(engine.for_package(distro))
   local f = found[distro.type] or {}
   local fact = { type = distro.type, version = f.version, running = f.running or false,
                  service = e:service(host.role) }
-  local action, why = engine.judge(f.version, distro.version)
-  if not action then return nil, why end
-  if action == "downgrade" then
-    local msg = string.format("will not downgrade %s: installed %s is newer than the package's %s",
-      distro.type, f.version, distro.version)
-    if not options.allow_downgrade then return nil, msg end
-    warnings[#warnings + 1] = msg .. " (allowed by option)"
-  elseif action == "upgrade" then
-    local jump = engine.minor_jump(f.version, distro.version)
-    if e.max_minor_step and jump > e.max_minor_step then
-      return nil, string.format("cannot upgrade %s from %s to %s: it crosses %d minor versions, %s takes one at a time",
-        distro.type, f.version, distro.version, jump, distro.type)
-    elseif jump > 1 then
-      warnings[#warnings + 1] = string.format("upgrade from %s to %s skips %d minor version(s);"
-        .. " Kubernetes supports one minor at a time", f.version, distro.version, jump - 1)
-    end
-  end
+  local verdict = e:judge(f.version, distro.version, { role = host.role, allow_downgrade = options.allow_downgrade })
+  if verdict.refused then return nil, verdict.reason end
+  if verdict.warning then warnings[#warnings + 1] = verdict.warning end
+  local action = verdict.verdict
   if fact.running and not f.version then
     warnings[#warnings + 1] = fact.service .. " runs but no " .. distro.type .. " binary answered --version"
   end
@@ -114,12 +99,13 @@ function M.choose_leader(hosts)
 end
 
 function M.run(ctx, hosts)
+  local types = M.types(ctx)
   local ok, failures = ctx:each(hosts, function(host)
-    local res, err = host:probes(M.probes(host))
+    local res, err = host:probes(M.probes(host, types))
     if not res then return nil, err end
-    local found = M.present(res)
+    local found = M.present(res, types)
     host.facts.engines = found
-    local fact, why = M.judge(host, found, ctx.distro, ctx.options)
+    local fact, why = M.judge(host, found, ctx.distro, ctx.options, ctx.engine)
     if not fact then return nil, host.name .. ": " .. why end
     host.facts.engine = fact
     for _, w in ipairs(why) do host.log:warn("%s", w) end

@@ -33,7 +33,24 @@ spec:
   config: {}
 ]])
     assert.same({ type = "rke2", version = "1.35.4-rke2r1", architectures = { "amd64", "arm64" },
-                  name = "demo-rke2", file = p }, package_reader.read(p))
+                  name = "demo-rke2", file = p, engine = {} }, package_reader.read(p))
+  end)
+
+  it("carries spec.config.engine for the engine configurers to render", function()
+    local p = write("engine.yaml", HEAD .. [[
+metadata: {name: e}
+spec:
+  type: k3s
+  version: 1.35.5-k3s1
+  config:
+    engine:
+      config: {disable: [traefik], write-kubeconfig-mode: "0644"}
+]])
+    local pkg = assert(package_reader.read(p))
+    assert.same({ config = { disable = { "traefik" }, ["write-kubeconfig-mode"] = "0644" } }, pkg.engine)
+    local e = require("distros.engine").for_package(pkg)
+    local cfg = require("cargoship.yaml").load(e:render_config({ name = "cp1", role = "controller" }, {}).content)[1]
+    assert.equal("0644", cfg["write-kubeconfig-mode"])
   end)
 
   it("falls back to metadata.architectures, metadata.architecture, then amd64", function()

@@ -24,7 +24,7 @@ end
 local RKE2 = { type = "rke2", version = "1.35.4-rke2r1", architectures = { "amd64" } }
 
 describe("phase distro_facts", function()
-  it("probes version and service of every engine in one round trip per host", function()
+  it("probes version and service of the package's engine only, in one round trip per host", function()
     local h = host("cp1", "controller", { rke2 = "rke2-version.txt" }, { rke2 = true }, "runit")
     local ctx = support.ctx({ h }, { distro = RKE2 })
     assert.is_true(phase.run(ctx, phase.prepare(ctx)))
@@ -32,12 +32,13 @@ describe("phase distro_facts", function()
     assert.equal(0, h.writes_sent)
     local script = h.conn.commands[1].cmd
     assert.matches("sv status '/etc/service/rke2-server'", script, 1, true)
-    assert.matches("command -v 'k3s'", script, 1, true)
+    assert.is_nil(script:find("k3s", 1, true)) -- the package names the engine; others are not probed
+    assert.is_nil(script:find("kubelet", 1, true))
     assert.same({ type = "rke2", version = "v1.35.4+rke2r1", running = true, service = "rke2-server",
-                  action = "up to date" }, h.facts.engine)
+                  action = "same" }, h.facts.engine)
   end)
 
-  it("decides install, upgrade and up to date per host and picks the leader", function()
+  it("decides install, upgrade and same per host and picks the leader", function()
     local cp1 = host("cp1", "controller")
     local cp2 = host("cp2", "controller", { rke2 = "rke2-version.txt" }, { rke2 = true })
     local w1 = host("w1", "worker", { rke2 = "rke2-version-rc.txt" }, { rke2 = true })
@@ -45,7 +46,7 @@ describe("phase distro_facts", function()
     assert.is_true(phase.run(ctx, ctx.hosts))
     assert.equal("install", cp1.facts.engine.action)
     assert.is_false(cp1.facts.engine.running)
-    assert.equal("up to date", cp2.facts.engine.action)
+    assert.equal("same", cp2.facts.engine.action)
     assert.equal("upgrade", w1.facts.engine.action)
     assert.equal("rke2-agent", w1.facts.engine.service)
     assert.equal(cp2, ctx.state.leader) -- first controller whose controller service runs
@@ -83,13 +84,15 @@ describe("phase distro_facts", function()
     assert.matches("warning: will not downgrade rke2", log(), 1, true)
   end)
 
-  it("refuses a host running another engine than the package's", function()
+  it("uses the context's engine when it has one (ctx.engine, set from the package)", function()
     local cp1 = host("cp1", "controller", { k3s = "k3s-version.txt" }, { k3s = true })
-    local ctx = support.ctx({ cp1 }, { distro = RKE2 })
-    local ok, failures = phase.run(ctx, ctx.hosts)
-    assert.is_nil(ok)
-    assert.equal("cp1: k3s v1.35.2+k3s1 is running here but the package installs rke2: reset the host first",
-      failures[1].err)
+    local K3S = { type = "k3s", version = "1.35.2-k3s1" }
+    local ctx = support.ctx({ cp1 }, { distro = K3S })
+    ctx.engine = require("distros.engine").for_package(K3S)
+    assert.is_true(phase.run(ctx, ctx.hosts))
+    assert.equal("same", cp1.facts.engine.action)
+    assert.same({ k3s = { version = "v1.35.2+k3s1", running = true } }, cp1.facts.engines)
+    assert.is_nil(cp1.conn.commands[1].cmd:find("rke2", 1, true))
   end)
 
   it("refuses an upstream upgrade that skips a minor version; warns for rke2", function()

@@ -1,0 +1,264 @@
+-- distros.rancher: what rke2 and k3s share (engines.md §1-§2): config.yaml, registries.yaml, tokens, upgrade, reset.
+--
+-- Children set: name, binary, binary_paths, version_prefix, services, kubeconfig,
+-- kubectl_words, data_dir, config_dir, join_port (rke2 9345: its supervisor; k3s 6443:
+-- supervisor and API share the port), killall (the engine's stop-everything script).
+-- Verbs added here (node, cluster, staged: see distros.engine):
+--   config_path, token_path, agent_token_path          fields derived from config_dir
+--   server_url(host) -> "https://host:<join_port>"
+--   render_config(node, cluster) -> {path, content, mode = "0600"}        config.yaml
+--   render_registries(cluster) -> {files = {{path, content, mode}..}}     registries.yaml + CA files
+--   config_files(node, cluster) -> list of files;  configure(node, cluster) -> write actions
+--   new_secret(bytes128) -> {token, agent_token}       (bytes: 128 random bytes the caller read)
+--   join_secret_read() -> cmd (on the leader);  parse_join_secret(out) -> secret | nil
+--   join_secret_write(secret) -> write actions (0600; the phase writes them where absent)
+--   stop(node) -> actions;  upgrade(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
+--   image_dir() -> "<data_dir>/agent/images" (the agent imports tarballs there itself)
+local action = require "cargoship.action"
+local engine = require "distros.engine"
+local shell = require "cargoship.shell"
+local yaml = require "cargoship.yaml"
+
+local M = engine.Engine:extend { name = "rancher" }
+
+-- Keys a worker must not carry (distro-package.md §5): the agent refuses or ignores them.
+M.SERVER_ONLY = { "kube-apiserver-arg", "kube-controller-manager-arg", "kube-scheduler-arg", "etcd-arg",
+                  "disable", "tls-san", "agent-token-file", "cluster-cidr", "service-cidr",
+                  "audit-policy-file", "pod-security-admission-config-file" }
+
+function M:extend(child)
+  child = engine.Engine.extend(self, child)
+  if child.config_dir then
+    child.config_path = child.config_path or (child.config_dir .. "/config.yaml")
+    child.registries_path = child.config_dir .. "/registries.yaml"
+    child.token_path = child.config_dir .. "/token"
+    child.agent_token_path = child.config_dir .. "/agent-token"
+  end
+  return child
+end
+
+local function url_host(h)
+  if h:find(":", 1, true) and not h:find("^%[") then return "[" .. h .. "]" end
+  return h
+end
+
+function M:server_url(host)
+  return string.format("https://%s:%d", url_host(host), self.join_port)
+end
+
+local function copy(t)
+  local out = {}
+  for k, v in pairs(t or {}) do out[k] = v end
+  return out
+end
+
+local function join_host(n)
+  return n.fqdn or n.hostname or n.private_address or n.name
+end
+
+local function engine_section(self, cluster)
+  return cluster.engine_config or (self.package and self.package.engine) or {}
+end
+
+local function sorted_pairs_list(map)
+  local keys, out = {}, {}
+  for k in pairs(map or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do out[#out + 1] = k .. "=" .. tostring(map[k]) end
+  return out
+end
+
+local function tls_sans(cluster)
+  local seen, out = {}, {}
+  local function add(v)
+    if v and v ~= "" and not seen[v] then seen[v] = true; out[#out + 1] = v end
+  end
+  add(cluster.loadbalancer)
+  for _, c in ipairs(cluster.controllers or {}) do
+    add(c.hostname and c.hostname:match("^[^.]+") or c.name)
+    add(c.fqdn or c.hostname or c.name)
+  end
+  return out
+end
+
+-- config.yaml (engines.md §2.1, plus node-ip from the private address, §6.6).
+function M:render_config(n, cluster)
+  cluster = cluster or {}
+  local section = engine_section(self, cluster)
+  local cfg = copy(section.config)
+  cfg["node-name"] = n.name
+  cfg["data-dir"] = self.data_dir
+  if n.private_address then cfg["node-ip"] = n.private_address end
+  local labels, taints = sorted_pairs_list(n.labels), n.taints or {}
+  if #labels > 0 then cfg["node-label"] = labels end
+  if #taints > 0 then cfg["node-taint"] = taints end
+  if n.role == "controller" then
+    local sans = tls_sans(cluster)
+    if #sans > 0 then cfg["tls-san"] = sans end
+    cfg["token-file"] = self.token_path
+    cfg["agent-token-file"] = self.agent_token_path
+    if section.audit then cfg["audit-policy-file"] = self.config_dir .. "/audit.yaml" end
+    if section.podSecurity then cfg["pod-security-admission-config-file"] = self.config_dir .. "/pss.yaml" end
+    local leader = cluster.leader
+    if leader and leader.name ~= n.name then cfg.server = self:server_url(join_host(leader)) end
+  else
+    for _, k in ipairs(M.SERVER_ONLY) do cfg[k] = nil end
+    cfg["token-file"] = self.agent_token_path
+    local target = cluster.loadbalancer or (cluster.leader and join_host(cluster.leader))
+    if not target then error("render_config: a worker needs a loadbalancer or a leader to join", 2) end
+    cfg.server = self:server_url(target)
+  end
+  return { path = self.config_path, content = yaml.dump(cfg), mode = "0600" }
+end
+
+-- ---- registries.yaml (engines.md §2.2) ------------------------------------------------
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+function M.base64(s)
+  return (s:gsub("..?.?", function(c)
+    local a, b, d = c:byte(1, 3)
+    local n = a * 65536 + (b or 0) * 256 + (d or 0)
+    local out = {}
+    for i = 3, 0, -1 do
+      local k = (n >> (6 * i)) & 63
+      out[#out + 1] = B64:sub(k + 1, k + 1)
+    end
+    if not b then out[3], out[4] = "=", "=" elseif not d then out[4] = "=" end
+    return table.concat(out)
+  end))
+end
+
+-- Inline CAs live under /etc/cargoship/tls/, one file per registry host (name sanitised).
+function M.ca_path(host)
+  return "/etc/cargoship/tls/" .. host:gsub("[^%w._-]", "_") .. ".crt"
+end
+
+function M:render_registries(cluster)
+  local mirrors, configs, files = {}, {}, {}
+  for _, r in ipairs(cluster.registries or {}) do
+    if r.proxy then
+      local m = { endpoint = { r.proxy.endpoint or r.proxy.url } }
+      if r.proxy.rewrite and #r.proxy.rewrite > 0 then
+        m.rewrite = {}
+        for _, rw in ipairs(r.proxy.rewrite) do m.rewrite[rw.pattern] = rw.replacement end
+      end
+      mirrors[r.name] = m
+    end
+    local c = {}
+    local a = r.auth
+    if a then
+      if a.token then c.auth = { identity_token = a.token }
+      elseif a.user and a.pass then c.auth = { auth = M.base64(a.user .. ":" .. a.pass) }
+      else c.auth = { username = a.user, password = a.pass } end
+    end
+    local t = r.tls
+    if t then
+      local tls = { cert_file = t.cert_file, key_file = t.key_file }
+      if t.ca then
+        local host = r.config_host or r.name
+        tls.ca_file = M.ca_path(host)
+        files[#files + 1] = { path = tls.ca_file, content = t.ca, mode = "0600" }
+      else
+        tls.ca_file = t.ca_file
+      end
+      if t.insecure_skip_verify then tls.insecure_skip_verify = true end
+      if next(tls) then c.tls = tls end
+    end
+    if next(c) then configs[r.config_host or r.name] = c end
+  end
+  local doc = {}
+  if next(mirrors) then doc.mirrors = mirrors end
+  if next(configs) then doc.configs = configs end
+  local content = next(doc) and yaml.dump(doc) or "{}\n"
+  table.insert(files, 1, { path = self.registries_path, content = content, mode = "0640" })
+  return { files = files }
+end
+
+function M:config_files(n, cluster)
+  local files = { self:render_config(n, cluster) }
+  for _, f in ipairs(self:render_registries(cluster or {}).files) do files[#files + 1] = f end
+  return files
+end
+
+function M:configure(n, cluster)
+  local out = {}
+  for _, f in ipairs(self:config_files(n, cluster)) do
+    out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
+  end
+  return out
+end
+
+-- ---- join secret ---------------------------------------------------------------------
+
+function M.new_secret(_, bytes)
+  if type(bytes) ~= "string" or #bytes < 128 then error("new_secret: 128 random bytes are needed", 2) end
+  return { token = engine.token_from_bytes(bytes:sub(1, 64)),
+           agent_token = engine.token_from_bytes(bytes:sub(65, 128)) }
+end
+
+-- Prints "token=<t>" and "agent_token=<t>" for the files that exist; never fails, so a
+-- leader without them yet answers with nothing rather than an error.
+function M:join_secret_read()
+  return shell.fmt("{ sed 's/^/token=/' %s; sed 's/^/agent_token=/' %s; } 2>/dev/null; true",
+    self.token_path, self.agent_token_path)
+end
+
+function M.parse_join_secret(_, out)
+  local s = {}
+  for line in (out or ""):gmatch("[^\n]+") do
+    local k, v = line:match("^(%a[%w_]*)=(%S+)%s*$")
+    if k == "token" or k == "agent_token" then s[k] = s[k] or v end
+  end
+  if s.token and s.agent_token then return s end
+  return nil
+end
+
+function M:join_secret_write(secret)
+  if not (secret and secret.token and secret.agent_token) then error("join_secret_write: token and agent_token", 2) end
+  return { action.write { path = self.token_path, content = secret.token .. "\n", mode = "0600", secret = true,
+                          say = "write the join token " .. self.token_path },
+           action.write { path = self.agent_token_path, content = secret.agent_token .. "\n", mode = "0600",
+                          secret = true, say = "write the agent join token " .. self.agent_token_path } }
+end
+
+-- ---- stop, upgrade, reset -------------------------------------------------------------
+
+function M:image_dir() return self.data_dir .. "/agent/images" end
+
+-- The killall script ends the containers the service leaves running (KillMode=process);
+-- removing the image cache index makes the next start re-check the tarballs (engines.md §1).
+function M:stop(n)
+  return {
+    action.service { verb = "stop", service = self:service(n.role) },
+    action.run { cmd = shell.fmt("if command -v %s >/dev/null 2>&1; then %s; fi", self.killall, self.killall),
+                 say = "run " .. self.killall .. " if present" },
+    action.remove { path = self:image_dir() .. "/.cache.json" },
+  }
+end
+
+-- Drain and uncordon run on the leader; the rest on the node, in this order.
+function M:upgrade(n, cluster, staged, os)
+  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+  for _, a in ipairs(self:stop(n)) do out[#out + 1] = a end
+  for _, a in ipairs(self:install(n, staged, os)) do out[#out + 1] = a end
+  for _, a in ipairs(self:configure(n, cluster)) do out[#out + 1] = a end
+  for _, a in ipairs(self:start(n)) do out[#out + 1] = a end
+  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
+  return out
+end
+
+-- names: packages installed from the staged rpm/deb files (read from the staging dirs).
+function M:reset(n, os, names)
+  local out = self:stop(n)
+  if names and #names > 0 then
+    if not os then error("reset: the host's OS configurer is needed to remove packages", 2) end
+    local cmd, why = os:remove_packages(names)
+    if not cmd then error("reset: " .. why, 2) end
+    out[#out + 1] = action.run { cmd = cmd }
+  end
+  out[#out + 1] = action.remove { path = self.data_dir, recursive = true }
+  out[#out + 1] = action.remove { path = self.config_dir, recursive = true }
+  return out
+end
+
+return M
