@@ -12,7 +12,7 @@ local log = require "cargoship.log"
 local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
-M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl" }
+M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault" }
 
 M.EXIT = {
   ok = 0,
@@ -42,6 +42,12 @@ M.GLOBAL_OPTIONS = {
   { long = "log-file", value = "PATH", check = args.checks.nonempty,
     help = "write the full debug log to PATH (default: $XDG_CACHE_HOME/cargoship/ for commands that reach hosts)" },
   { long = "no-color", help = "never colour the output (so does NO_COLOR in the environment)" },
+  { long = "vault-password-file", value = "FILE", check = args.checks.nonempty,
+    help = "read the Ansible Vault password of encrypted cluster-file values from FILE (else "
+      .. "CARGOSHIP_VAULT_PASSWORD, then ANSIBLE_VAULT_PASSWORD)" },
+  { long = "age-identity-file", value = "FILE", check = args.checks.nonempty, multiple = true,
+    help = "decrypt age-encrypted cluster-file values with the identities in FILE (AGE-SECRET-KEY-1... "
+      .. "lines or an unencrypted OpenSSH ed25519 private key)" },
   { long = "help", short = "h", help = "show help and exit" },
   { long = "version", help = "print the version and exit" },
 }
