@@ -134,8 +134,9 @@ describe("cargoship vault encrypt", function()
       end
     end
     -- and back: decrypting restores the original byte for byte
-    code, _, err = support.run({ "vault", "decrypt", "--age-identity-file", dir .. "/ssh", file })
+    code, out, err = support.run({ "vault", "decrypt", "--age-identity-file", dir .. "/ssh", file })
     assert.equal(0, code, err)
+    assert.matches("6 values decrypted", out)
     assert.equal(CLUSTER, read(file))
   end)
 
@@ -222,6 +223,42 @@ describe("wrong or missing keys", function()
     assert.is_nil(config.load(file, { decrypt = { vault_password_file = dir .. "/pw", required = true } }))
     local c = assert(config.load(file, { decrypt = { vault_password_file = dir .. "/pw2", required = true } }))
     assert.equal("tok-2", c.registries[2].auth.token)
+  end)
+end)
+
+describe("decrypted values stay secret", function()
+  it("apply registers every decrypted value for redaction before touching a host", function()
+    assert.equal(0, (support.run({ "vault", "encrypt", "--vault-password-file", dir .. "/pw", file })))
+    local apply = require "cargoship.commands.apply"
+    local args = require "cargoship.cli.args"
+    local saved = apply.pipeline
+    -- a pipeline this build cannot load stops apply right after the cluster is loaded
+    apply.pipeline = { name = "test", phases = { "unit.no_such_phase" } }
+    local redacted = {}
+    local ctx = {
+      log = { redact = function(_, v) if v then redacted[v] = true end end,
+        debug = function() end, verbose = function() end, file_path = function() end },
+      stderr = support.capture(), stdout = support.capture(), env = function() end,
+      exit = require("cargoship.cli").EXIT, command = "apply",
+      options = { vault_password_file = dir .. "/pw", age_identity_file = {} },
+    }
+    local ok, code = pcall(apply.run, ctx, { positional = { file }, options = args.apply_defaults({}, apply.options) })
+    apply.pipeline = saved
+    assert.is_true(ok, code)
+    assert.equal(2, code, ctx.stderr.text())
+    for _, v in ipairs(VALUES) do assert.is_true(redacted[v[4]], v[3]) end
+  end)
+
+  it("the real logger masks them, the CA's lines included", function()
+    assert.equal(0, (support.run({ "vault", "encrypt", "--vault-password-file", dir .. "/pw", file })))
+    local c = assert(config.load(file, { decrypt = { vault_password_file = dir .. "/pw" } }))
+    local out = support.capture()
+    local logger = require("cargoship.log").new({ stream = out, level = "debug" })
+    for _, v in ipairs(c.secrets) do logger:redact(v) end
+    logger:info("auth %s:%s token %s ca %s", c.registries[1].auth.user, c.registries[1].auth.pass,
+      c.registries[2].auth.token, c.registries[2].tls.ca)
+    for _, v in ipairs(VALUES) do assert.is_nil(out.text():find(v[4], 1, true), v[3]) end
+    assert.matches("******", out.text(), 1, true)
   end)
 end)
 
