@@ -34,9 +34,10 @@ Values are told apart by their header, so one file may mix Ansible Vault and age
 The values are as ansible-vault and age themselves read and write them: ansible-vault
 decrypt and age -d read what this writes. The file must be a valid cluster file (as
 validate says) before and after; a value that cannot be decrypted is an error naming its
-file:line, and nothing is written. Decrypted text is never printed.
+file:line, and nothing is written. Decrypted text is never printed. The keys to read
+existing values come from the global --vault-password-file and --age-identity-file (see
+docs/secrets.md for the formats supported).
 
-Go tool spelling: the same subcommands, flags and metadata.encryption record.
 Exit codes: 0 done (or nothing to do), 1 a value or the file failed, 2 usage.]]
 
 M.options = {
