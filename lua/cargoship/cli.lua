@@ -294,9 +294,12 @@ local function dispatch(argv, out, state)
     return usage_error(out, msg)
   end
 
-  local merged = {}
-  for _, opt in ipairs(cmd.options) do merged[#merged + 1] = opt end
-  for _, opt in ipairs(M.GLOBAL_OPTIONS) do merged[#merged + 1] = opt end
+  local merged, own = {}, {}
+  for _, opt in ipairs(cmd.options) do merged[#merged + 1] = opt; own[opt.long] = true end
+  -- a command may declare a global option itself (apply's --vault-password-file); one spec wins
+  for _, opt in ipairs(M.GLOBAL_OPTIONS) do
+    if not own[opt.long] then merged[#merged + 1] = opt end
+  end
   local first = name == argv[next_i] and next_i + 1 or next_i
   local positional
   parsed, positional = args.parse(argv, merged, { first = first, result = parsed })
