@@ -12,5 +12,7 @@ int cs_yaml_is_null(lua_State *L, int idx);
 const char *cs_yaml_resolve(lua_State *L, const char *s, size_t n);
 /* yaml.dump(value) -> string */
 int cs_yaml_dump(lua_State *L);
+/* yaml.spans(text) -> every node's byte range, for in-place edits (yaml_spans.c) */
+int cs_yaml_spans(lua_State *L);
 
 #endif

@@ -546,6 +546,7 @@ static const luaL_Reg yaml_funcs[] = {
   {"load", l_yaml_load},
   {"load_file", l_yaml_load_file},
   {"dump", cs_yaml_dump},
+  {"spans", cs_yaml_spans},
   {"where", l_yaml_where},
   {"key_where", l_yaml_key_where},
   {"name", l_yaml_name},

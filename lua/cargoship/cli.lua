@@ -12,7 +12,7 @@ local log = require "cargoship.log"
 local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
-M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl" }
+M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault" }
 
 M.EXIT = {
   ok = 0,
@@ -42,6 +42,12 @@ M.GLOBAL_OPTIONS = {
   { long = "log-file", value = "PATH", check = args.checks.nonempty,
     help = "write the full debug log to PATH (default: $XDG_CACHE_HOME/cargoship/ for commands that reach hosts)" },
   { long = "no-color", help = "never colour the output (so does NO_COLOR in the environment)" },
+  { long = "vault-password-file", value = "FILE", check = args.checks.nonempty,
+    help = "read the Ansible Vault password of encrypted cluster-file values from FILE (else "
+      .. "CARGOSHIP_VAULT_PASSWORD, then ANSIBLE_VAULT_PASSWORD)" },
+  { long = "age-identity-file", value = "FILE", check = args.checks.nonempty, multiple = true,
+    help = "decrypt age-encrypted cluster-file values with the identities in FILE (AGE-SECRET-KEY-1... "
+      .. "lines or an unencrypted OpenSSH ed25519 private key)" },
   { long = "help", short = "h", help = "show help and exit" },
   { long = "version", help = "print the version and exit" },
 }
@@ -288,9 +294,12 @@ local function dispatch(argv, out, state)
     return usage_error(out, msg)
   end
 
-  local merged = {}
-  for _, opt in ipairs(cmd.options) do merged[#merged + 1] = opt end
-  for _, opt in ipairs(M.GLOBAL_OPTIONS) do merged[#merged + 1] = opt end
+  local merged, own = {}, {}
+  for _, opt in ipairs(cmd.options) do merged[#merged + 1] = opt; own[opt.long] = true end
+  -- a command may declare a global option itself (apply's --vault-password-file); one spec wins
+  for _, opt in ipairs(M.GLOBAL_OPTIONS) do
+    if not own[opt.long] then merged[#merged + 1] = opt end
+  end
   local first = name == argv[next_i] and next_i + 1 or next_i
   local positional
   parsed, positional = args.parse(argv, merged, { first = first, result = parsed })

@@ -243,7 +243,9 @@ function M.run(ctx, a)
     validate.report_errors(ctx, path, errors)
     return ctx.exit.failure
   end
-  -- registry credentials may sit in the file in plain text; no line of this run may show them
+  -- registry credentials may sit in the file in plain text, or were decrypted from it;
+  -- no line of this run may show them (the loader lists them in cluster.secrets)
+  for _, secret in ipairs(cluster.secrets or {}) do ctx.log:redact(secret) end
   for _, reg in ipairs(cluster.registries or {}) do
     if reg.auth then
       ctx.log:redact(reg.auth.pass)

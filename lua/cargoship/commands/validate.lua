@@ -42,7 +42,8 @@ end
 function M.load(ctx, path)
   local config = config_module()
   if not config then return nil, nil end
-  local cluster, errors = config.load(path, { env = ctx.env })
+  local cluster, errors = config.load(path, { env = ctx.env,
+    decrypt = require("cargoship.secrets").load_options(ctx) })
   if not cluster and (type(errors) ~= "table" or #errors == 0) then
     error("config.load returned neither a cluster nor errors for " .. path, 0)
   end

@@ -9,10 +9,12 @@
 --   cluster.profiles[name] = {name, concurrency = {kind = "fixed"|"percent"|"unlimited"|
 --       "default", value = n}, engine = <engine>, host = <hostcfg>, source}
 --   cluster.registries[i] = {name, config_host, source,
---       auth = nil | {user, pass, token},          (values may be ciphertext)
+--       auth = nil | {user, pass, token},          (decrypted when keys were given)
 --       proxy = nil | {url (as written), endpoint (scheme added), host (host[:port]),
 --                      rewrite = {{pattern, replacement}, ..}},
 --       tls = nil | {ca, ca_file, cert_file, key_file, insecure_skip_verify}}
+--   cluster.secrets = plaintexts to mask in every log (decrypted values, plain pass/token);
+--   cluster.encrypted = {{path, kind}} values left encrypted (no key given; see secrets)
 --   cluster.values = the mapping as parsed ({} when absent; yaml.null kept)
 --   cluster.hosts[i] = {index = i, name, role = "controller"|"worker", profile, hostname,
 --       private_address, private_interface, os (configurer override),
@@ -115,10 +117,15 @@ local function from_docs(docs, name, opts)
   ctx.expanded = expand.tree(doc, env, ctx.errs)
   local cluster = validate.document(ctx, doc)
   if #ctx.errs.list > 0 then return nil, ctx.errs:sorted() end
+  -- Decrypting is its own step, on a valid file only (cargoship.secrets); opts.decrypt
+  -- carries the key options (secrets.load_options), else the environment alone is tried.
+  require("cargoship.secrets").decrypt_cluster(ctx, cluster, opts and opts.decrypt)
+  if #ctx.errs.list > 0 then return nil, ctx.errs:sorted() end
   return cluster
 end
 
--- Loads `path`. opts.env(name) -> value|nil supplies ${VAR} (default os.getenv).
+-- Loads `path`. opts.env(name) -> value|nil supplies ${VAR} (default os.getenv);
+-- opts.decrypt = cargoship.secrets.load_options(ctx) says how encrypted values are read.
 -- Returns the cluster, or nil and a list of errors.
 function M.load(path, opts)
   local docs, msg = yaml.load_file(path)
