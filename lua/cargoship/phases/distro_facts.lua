@@ -6,8 +6,9 @@
 -- host.facts.engine = {type, version, running, service, action}; action is "install",
 -- "upgrade" or "up to date" against ctx.distro, nil without a package. A downgrade (host
 -- newer than the package) fails that host unless ctx.options.allow_downgrade.
--- ctx.state.leader = first controller whose controller service runs, else first controller;
--- ctx.state.engine_running = some controller's service runs; ctx.state.engine_type.
+-- ctx.leader = first controller whose controller service runs, else first controller;
+-- ctx.engine_running = some controller's service runs; ctx.engine_type and ctx.engine (its
+-- configurer): the package's type, else the leader's engine.
 local shell = require "cargoship.shell"
 local engine = require "distros.engine"
 
@@ -136,14 +137,15 @@ function M.run(ctx, hosts)
     local e = h.facts.engine
     if h.role == "controller" and e and e.running then running = true end
   end
-  ctx.state.engine_running = running
-  ctx.state.leader = M.choose_leader(ctx.hosts)
-  local leader_engine = ctx.state.leader and ctx.state.leader.facts.engine
-  ctx.state.engine_type = ctx.distro and ctx.distro.type or (leader_engine and leader_engine.type)
+  ctx.engine_running = running
+  ctx.leader = M.choose_leader(ctx.hosts)
+  local leader_engine = ctx.leader and ctx.leader.facts.engine
+  ctx.engine_type = ctx.distro and ctx.distro.type or (leader_engine and leader_engine.type)
+  ctx.engine = ctx.engine_type and engine.load(ctx.engine_type) or nil
   if not ctx.distro then
     ctx.log:info("no distro package given: install/upgrade not judged")
   end
-  if ctx.state.leader then ctx.log:verbose("leader: %s", ctx.state.leader.name) end
+  if ctx.leader then ctx.log:verbose("leader: %s", ctx.leader.name) end
   if not ok then return nil, failures end
   return true
 end

@@ -1,4 +1,8 @@
 -- cargoship.phases.release_lock: phase 30, removes the lock each host holds for this run (only if still ours).
+--
+-- One step per host, release_lock, which the runner executes on every host at once (no run
+-- of its own: nothing here needs ordering across hosts).
+local action = require "cargoship.action"
 local lock = require "cargoship.lock"
 
 local M = {}
@@ -9,35 +13,30 @@ M.title = "Release exclusive host lock"
 M.reads = { "lock" }
 M.creates = {}
 
-local function locks(ctx)
-  return (ctx.state and ctx.state.locks) or {}
-end
-
 function M.prepare(ctx)
   if ctx.dry_run then return ctx.hosts end
-  local held, all = {}, locks(ctx)
+  local held = {}
   for _, host in ipairs(ctx.hosts) do
-    if all[host.name] then held[#held + 1] = host end
+    if ctx.locks[host.name] then held[#held + 1] = host end
   end
   return held
 end
 
 function M.assess(ctx, host)
-  local h = locks(ctx)[host.name]
-  return { "release the lock at " .. (h and h.path or (lock.DIRS[1] .. "/" .. lock.NAME)) }
+  local h = ctx.locks[host.name]
+  return { action.step { name = "release_lock",
+    say = "release the lock at " .. (h and h.path or (lock.DIRS[1] .. "/" .. lock.NAME)) } }
 end
 
+M.steps = {}
+
 -- A lock that is no longer ours fails the host: another run may have worked on it meanwhile.
-function M.run(ctx, hosts)
-  local all = locks(ctx)
-  local ok, failures = ctx:each(hosts, function(host)
-    local h = all[host.name]
-    if not h then return true end
-    local done, err = h:release()
-    if not done then return nil, err end
-    return true
-  end)
-  if not ok then return nil, failures end
+function M.steps.release_lock(ctx, host)
+  local h = ctx.locks[host.name]
+  if not h then return "skipped" end
+  local done, err = h:release()
+  if not done then return nil, err end
+  ctx.locks[host.name] = nil
   return true
 end
 
