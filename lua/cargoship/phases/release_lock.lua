@@ -1,7 +1,10 @@
 -- cargoship.phases.release_lock: phase 30, removes the lock each host holds for this run (only if still ours).
 --
 -- One step per host, release_lock, which the runner executes on every host at once (no run
--- of its own: nothing here needs ordering across hosts).
+-- of its own: nothing here needs ordering across hosts). It reads no state another phase
+-- creates: where the lock lives is known before it is taken (lock.read says, as phase 7's
+-- assess does), so a dry run's plan names the same path the real run releases, and the
+-- phase is assessed in the plan rather than left unassessed.
 local action = require "cargoship.action"
 local lock = require "cargoship.lock"
 
@@ -10,7 +13,7 @@ local M = {}
 M.id = "release_lock"
 M.title = "Release exclusive host lock"
 -- dry_run stays unset: reported, not run (a dry run held no lock).
-M.reads = { "lock" }
+M.reads = {}
 M.creates = {}
 
 function M.prepare(ctx)
@@ -24,8 +27,12 @@ end
 
 function M.assess(ctx, host)
   local h = ctx.locks[host.name]
-  return { action.step { name = "release_lock",
-    say = "release the lock at " .. (h and h.path or (lock.DIRS[1] .. "/" .. lock.NAME)) } }
+  local path = h and h.path
+  if not path then
+    local cur = lock.read(host)
+    path = cur and cur.path or (lock.DIRS[1] .. "/" .. lock.NAME)
+  end
+  return { action.step { name = "release_lock", say = "release the lock at " .. path } }
 end
 
 M.steps = {}
