@@ -36,8 +36,8 @@ local ok, code = loop.run(function()
   -- the command builds the transport, as apply does
   local transport = assert(require("cargoship.commands.apply").transport_for(o, os.getenv))
   local ctx = context.new { cluster = cluster, log = log, options = o, transport = transport }
-  local phases = { require "cargoship.phases.connect", require "cargoship.phases.acquire_lock", hold,
-    require "cargoship.phases.release_lock" }
+  local phases = { require("cargoship.phases.connect"), require("cargoship.phases.acquire_lock"), hold,
+    (require("cargoship.phases.release_lock")) }
   local rep = runner.run(ctx, phases)
   if not rep.final then return 130 end
   for _, p in ipairs(rep.phases) do
