@@ -202,6 +202,32 @@ describe("every pipeline", function()
   end
 end)
 
+describe("every phase file (lua/cargoship/phases, contrib/phases)", function()
+  local src = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
+  local FORBIDDEN = {
+    { "%.conn%f[^%w_]", "host.conn: phases call host methods" },
+    { "ctx%.transport", "ctx.transport: the command owns the transport" },
+    { "ctx%.state", "ctx.state: built-in phases use the context's declared fields" },
+    { "lock_lost", "lock_lost: a lost host is reported through ctx:host_lost" },
+  }
+  for _, dir in ipairs { "lua/cargoship/phases", "contrib/phases" } do
+    local p = assert(io.popen("ls -1 " .. require("cargoship.util").quote(src .. "/" .. dir)))
+    for f in p:lines() do
+      if f:match("%.lua$") then
+        it(dir .. "/" .. f .. " reaches hosts through host methods and declared context fields only", function()
+          local text = assert(io.open(src .. "/" .. dir .. "/" .. f)):read("a")
+          for _, rule in ipairs(FORBIDDEN) do
+            assert.is_nil(text:find(rule[1]), dir .. "/" .. f .. " uses " .. rule[2])
+          end
+          local lines = select(2, text:gsub("\n", ""))
+          assert.is_true(lines <= 160, dir .. "/" .. f .. " has " .. lines .. " lines; phases stay under ~150")
+        end)
+      end
+    end
+    p:close()
+  end
+end)
+
 describe("apply's phase modules", function()
   local pipeline = require "cargoship.pipelines.apply"
 
