@@ -208,7 +208,7 @@ local function same_lines(a, b)
   return lines_key(a) == lines_key(b)
 end
 
--- Every host saying the same ("would run on this host" on 500 hosts) is said once.
+-- Every host saying the same ("take the lock at ..." on 500 hosts) is said once.
 local function all_alike(p)
   local first = p.hosts[1]
   if #p.hosts < 2 or not (has_actions(first) or first.reason) then return false end
