@@ -228,6 +228,44 @@ return {
   end)
 end)
 
+describe("a custom phase of action records", function()
+  it("plans records in a dry run and has them executed, steps included, through views", function()
+    local path = write("records.lua", [[
+return {
+  id = "records", title = "Records",
+  assess = function(ctx, host)
+    return { action.write { path = "/etc/x", content = "x=" .. host.name .. "\n" },
+      action.step { name = "check", say = "check " .. host.name, want = host.role } }
+  end,
+  steps = {
+    check = function(ctx, host, a)
+      ctx.state[host.name] = { mt = getmetatable(host), role = a.want, conn = host.conn }
+      return true
+    end,
+  },
+}
+]])
+    local phase = assert(custom.load(path))
+    assert.is_nil(phase.run, "no run: the runner executes the records")
+    local plan = S.run(S.ctx { dry_run = true }, { phase })
+    assert.are.same({ "write /etc/x (11 bytes)", "check worker-1" }, S.says(S.host_of(plan.phases[1], "worker-1")))
+    local ctx = S.ctx()
+    local rep = S.run(ctx, { phase })
+    local h = S.host_of(rep.phases[1], "ctrl-2")
+    assert.are.same({ "done", "done" }, { h.actions[1].outcome, h.actions[2].outcome })
+    assert.are.same({ mt = "cargoship host view", role = "controller" }, ctx.state["ctrl-2"])
+  end)
+
+  it("names file and line of a step that raises", function()
+    local path = write("badstep.lua", 'return {\n  id = "bad", title = "Bad",\n'
+      .. '  assess = function() return { action.step { name = "s", say = "s" } } end,\n'
+      .. '  steps = { s = function() error("no good") end },\n}\n')
+    local rep = S.run(S.ctx(), { assert(custom.load(path)) })
+    assert.are.equal("failed", rep.phases[1].verdict)
+    assert.matches(path .. ":4: no good", S.host_of(rep.phases[1], "ctrl-1").actions[1].error, 1, true)
+  end)
+end)
+
 describe("custom.assemble", function()
   local calls
   before_each(function() calls = {} end)
