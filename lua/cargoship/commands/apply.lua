@@ -130,7 +130,7 @@ end
 -- One pass of the pipeline over fresh Host objects: a dry run (the plan) or the real run.
 -- `late(report)` prints a report that was finished after an interruption (see runner.run).
 -- -> report, the pass's context
-local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late)
+local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late, plan)
   local loop = require "cargoship.loop"
   local transport, terr = M.transport_for(o, ctx.env)
   if not transport then error(terr, 0) end
@@ -139,7 +139,7 @@ local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late)
   local prog = progress.new { stream = ctx.stderr, tty = ctx.isatty and ctx.isatty.stderr,
     enabled = ctx.log:enabled("info"), logger = ctx.log, now = loop.now }
   local rep = runner.run(pctx, phases, { pipeline = pipeline, progress = prog, deadline = deadline,
-    timeout = o.timeout, on_late_report = late })
+    timeout = o.timeout, on_late_report = late, plan = plan })
   -- the plan's disconnect only says it would disconnect; no session may outlive its pass
   if rep.final then transport:close_all() end
   return rep, pctx
@@ -243,7 +243,7 @@ local function run_pipeline(ctx, cluster, o)
   local rep, pctx = pass(ctx, cluster, o, phases, pipeline, false, deadline, function(r)
     r.plan = plan
     emit(ctx, o, r)
-  end)
+  end, plan)
   rep.plan = plan
   if not rep.final then return ctx.exit.interrupted end
   emit(ctx, o, rep)

@@ -214,12 +214,46 @@ function Run:collect_outcomes(entry, work)
   end
 end
 
+local function plan_has(plan, name)
+  for _, h in ipairs(plan.hosts) do
+    if h.host == name then return true end
+  end
+  return false
+end
+
+-- A real run's fresh assessment against the plan the operator was shown: where the hosts
+-- moved in between, the run does what it found now, and says so in the log.
+function Run:note_drift(entry, hosts)
+  local plan = self.plan and self.plan.phases and self.plan.phases[entry.index]
+  if not plan or plan.id ~= entry.id or not self.ctx.log then return end
+  local shown = {}
+  for _, h in ipairs(plan.hosts) do
+    local says = {}
+    for i, a in ipairs(h.actions or {}) do says[i] = type(a) == "table" and a.say or tostring(a) end
+    -- a host the plan could not assess has nothing to have moved from
+    shown[h.host] = not h.reason and table.concat(says, "; ") or nil
+  end
+  for _, h in ipairs(hosts) do
+    local e = entry.by_host[h]
+    local says = {}
+    for i, a in ipairs(e and e.actions or {}) do says[i] = a.say end
+    local now = table.concat(says, "; ")
+    local before = shown[h.name]
+    if before == nil and not plan_has(plan, h.name) then before = "" end
+    if before ~= nil and before ~= now and not (e and e.error) then
+      self.ctx.log:warn("%s: %s moved since the plan: planned [%s], assessed now [%s]; doing what was assessed now",
+        entry.title, h.name, before, now)
+    end
+  end
+end
+
 -- The phase does its work (real run, or read_only in a dry run).
 function Run:run_phase(phase, entry, hosts)
   local ctx = self.ctx
   local work = hosts
   if phase.assess then
     work = self:assess(phase, entry, hosts)
+    if not ctx.dry_run then self:note_drift(entry, hosts) end
     if entry.failed then return end
     if #work == 0 then
       entry.verdict = "nothing_to_do"
@@ -463,6 +497,8 @@ local NO_PROGRESS = { start = function() end, hosts = function() end, finish = f
 --   progress   a cargoship.pipeline.progress object
 --   deadline   loop.now() time after which the run gives up (--timeout); a failure
 --   on_late_report(report)  see below
+--   plan       the dry-run report shown before a real run: where a phase assesses otherwise
+--              now, the run logs the difference (and does what it assessed now)
 -- Refuses (raises) phases that break the contract, before anything runs. When the calling
 -- task is cancelled (Ctrl-C), run returns at once with report.final = false: the phases'
 -- cleanup goes on in destructors, and on_late_report gets the finished report after it.
@@ -475,7 +511,7 @@ function M.run(ctx, phases, opts)
   local report = new_report(ctx, phases, opts.pipeline)
   local run = setmetatable({
     ctx = ctx, phases = phases, report = report, position = position,
-    progress = opts.progress or NO_PROGRESS, started = {}, pending = {},
+    progress = opts.progress or NO_PROGRESS, started = {}, pending = {}, plan = opts.plan,
     completed = false,
   }, Run)
   local t0 = loop.now()

@@ -549,6 +549,23 @@ describe("runner, plan then run: action records", function()
     assert.matches("is not one this phase assessed", rep.phases[1].error)
   end)
 
+  it("logs where the live hosts moved since the plan, and does what it assessed now", function()
+    local phase = S.phase({}, "moving", { assess = function(_, h)
+      return { action.run { cmd = "echo " .. h.name } }
+    end })
+    phase.run = nil
+    local plan = S.run(S.ctx { dry_run = true }, { phase })
+    -- between plan and run, ctrl-2 changed: the plan said something else there
+    plan.phases[1].hosts[2].actions = { { kind = "run", say = "run echo old" } }
+    local ctx = S.ctx()
+    local rep = S.run(ctx, { phase }, { plan = plan })
+    local log = ctx.log_stream.text()
+    assert.matches("Phase moving: ctrl%-2 moved since the plan: planned %[run echo old%], "
+      .. "assessed now %[run echo ctrl%-2%]", log)
+    assert.is_nil(log:find("ctrl-1 moved", 1, true))
+    assert.are.equal("done", S.host_of(rep.phases[1], "ctrl-2").actions[1].outcome)
+  end)
+
   it("reports a note of the old contract done or failed with its host", function()
     local rep = S.run(S.ctx(), { S.phase({}, "old", {
       run = function(c, hosts) return c:each(hosts, function(h)
