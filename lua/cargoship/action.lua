@@ -13,12 +13,15 @@
 --   step     {name, ...}                              a sequence step the phase runs itself (drain,
 --                                                     wait for Ready); the phase's `steps[name]`
 --                                                     executes it
+--   note     {say}                                    a sentence and nothing else: what a phase of
+--                                                     the old contract (assess returning strings)
+--                                                     says; host:apply refuses to execute one
 -- Constructors validate and fill `say`; they raise on misuse (a bug in a phase, not a host's
 -- failure). `public(a)` is the part that may leave the process (plan, report, logs): never a
 -- file's content, stdin or anything marked `secret`.
 local M = {}
 
-M.KINDS = { run = true, write = true, upload = true, remove = true, service = true, step = true }
+M.KINDS = { run = true, write = true, upload = true, remove = true, service = true, step = true, note = true }
 M.SERVICE_VERBS = { start = true, stop = true, restart = true, reload = true, enable = true, disable = true }
 
 local function need(t, field, kind, want)
@@ -96,6 +99,12 @@ function M.step(t)
   need(t, "name", "step")
   need(t, "say", "step")
   return make("step", t, t.say)
+end
+
+function M.note(t)
+  if type(t) == "string" then t = { say = t } end
+  need(t, "say", "note")
+  return make("note", t, t.say)
 end
 
 -- M.check(a) -> a: raises unless a is a well-formed record of a known kind.

@@ -2,18 +2,23 @@
 --
 -- Reads:  host:probe(cmd, opts), host:probes{key = cmd, ...}, host:read_file(path), host:exists(path)
 -- Writes: host:run(cmd, opts), host:check(cmd, opts), host:write_file(path, content, opts),
---         host:upload(local, remote, opts), host:remove(path)
+--         host:upload(local, remote, opts), host:remove(path),
+--         host:apply(actions, opts): executes action records (cargoship.action), see below
+-- Session: host:connect() through the transport the command gave the host, host:connected(),
+--          host:disconnect() (removes this run's temp files, closes the session)
 -- Commands run under sudo (when the login user is not root) unless opts.sudo == false.
 -- During a dry run every write raises "<host>: dry run: refused to <what>": a phase that
 -- writes while it should only report is caught here, by the transport, not by convention.
 local shell = require "cargoship.shell"
+local action = require "cargoship.action"
 
 local M = {}
 
 local Host = {}
 Host.__index = Host
 
--- M.new{config = host entry of the loaded cluster, log = logger, dry_run = bool}
+-- M.new{config = host entry of the loaded cluster, log = logger, dry_run = bool,
+--        transport = the run's transport (cargoship.transport), which host:connect uses}
 function M.new(opts)
   local cfg = opts.config
   return setmetatable({
@@ -24,6 +29,7 @@ function M.new(opts)
     facts = {},
     log = opts.log,
     dry_run = opts.dry_run and true or false,
+    transport = opts.transport,
     conn = nil,
     refused = {},    -- what a dry run refused, for the report and for tests
     probes_sent = 0, -- SSH round trips spent on reads, for the dry-run benchmark
@@ -34,6 +40,35 @@ end
 -- Attaches the connection opened by the transport (phase "Connect to hosts").
 function Host:attach(conn)
   self.conn = conn
+end
+
+-- host:connect() -> true | nil, msg, code: opens the session through the run's transport;
+-- a host already connected stays as it is.
+function Host:connect()
+  if self.conn then return true end
+  if not self.transport then return nil, self.name .. ": no transport to connect with", "closed" end
+  local conn, err, code = self.transport:connect(self.config.connection or {}, self.name)
+  if not conn then return nil, err, code end
+  self:attach(conn)
+  return true
+end
+
+function Host:connected()
+  return self.conn ~= nil
+end
+
+-- host:disconnect() -> true | nil, msg: removes the temp files this run left (uploads cut
+-- short) and closes the session. Closing changes nothing on the host; the removal is only
+-- ever of this run's own files, and a dry run has made none.
+function Host:disconnect()
+  local conn = self.conn
+  if not conn then return true end
+  local ok, err = true, nil
+  if not self.dry_run and conn.remove_temps then ok, err = conn:remove_temps() end
+  conn:close()
+  self.conn = nil
+  if not ok then return nil, tostring(err) end
+  return true
 end
 
 function Host:is_controller()
@@ -173,6 +208,130 @@ function Host:remove(path)
   refuse(self, "remove " .. path)
   self.writes_sent = self.writes_sent + 1
   return need_conn(self):check(shell.fmt("rm -f -- %s", path), { sudo = true, timeout = M.WRITE_TIMEOUT })
+end
+
+-- ---- executing action records ------------------------------------------------------------
+
+-- "0644" -> "644", as stat -c %a prints it; nil stays nil.
+local function stat_mode(mode)
+  if not mode then return nil end
+  return (mode:gsub("^0+(%d%d%d)$", "%1"))
+end
+
+-- The check and the write in one round trip: the content travels on stdin either way, and
+-- the script prints which it did. Without a mode, a new file is 0600 (umask 077: it may be a
+-- secret) and an existing one keeps its mode and owner.
+local function write_script(a)
+  return table.concat({
+    "set -e",
+    shell.fmt("dst=%s; want=%s; mode=%s; user=%s; grp=%s", a.path, require("cargoship.util").sha256(a.content),
+      stat_mode(a.mode) or "", a.owner or "", a.group or ""),
+    'if [ -f "$dst" ] && [ ! -L "$dst" ]; then',
+    '  set -- $(sha256sum -- "$dst"); sum=$1',
+    [[  set -- $(stat -c '%a %U %G' -- "$dst")]],
+    '  if [ "$sum" = "$want" ] && { [ -z "$mode" ] || [ "$1" = "$mode" ]; } &&'
+      .. ' { [ -z "$user" ] || [ "$2" = "$user" ]; } && { [ -z "$grp" ] || [ "$3" = "$grp" ]; }; then',
+    "    cat >/dev/null; echo cs-skipped; exit 0",
+    "  fi",
+    "fi",
+    'tmp=$(dirname -- "$dst")/.$(basename -- "$dst").cargoship.$$',
+    [[trap 'rm -f -- "$tmp"' EXIT]],
+    "umask 077",
+    'cat > "$tmp"',
+    'if [ -n "$mode" ]; then chmod "$mode" -- "$tmp"; elif [ -e "$dst" ]; then chmod --reference="$dst" -- "$tmp"; fi',
+    'if [ -z "$user$grp" ] && [ -e "$dst" ]; then chown --reference="$dst" -- "$tmp"; fi',
+    'if [ -n "$user$grp" ]; then chown "$user${grp:+:$grp}" -- "$tmp"; fi',
+    'mv -f -- "$tmp" "$dst"',
+    "trap - EXIT",
+    "echo cs-done",
+  }, "\n")
+end
+
+local function said(out)
+  if type(out) ~= "string" then return nil end
+  return out:match("cs%-(%a+)%s*$")
+end
+
+local EXECUTE = {}
+
+function EXECUTE.write(self, a)
+  local out, err = need_conn(self):check(write_script(a),
+    { sudo = true, stdin = a.content, timeout = a.timeout or M.WRITE_TIMEOUT })
+  if not out then return "failed", err end
+  return said(out) == "skipped" and "skipped" or "done"
+end
+
+function EXECUTE.upload(self, a)
+  local r, err = need_conn(self):upload(a.source, a.path, { mode = a.mode, owner = a.owner, group = a.group,
+    sha256 = a.sha256, timeout = a.timeout or 3600 })
+  if not r then return "failed", err end
+  return r.skipped and "skipped" or "done"
+end
+
+function EXECUTE.remove(self, a)
+  local out, err = need_conn(self):check(shell.fmt('p=%s; if [ -e "$p" ] || [ -L "$p" ]; then rm -f %s -- "$p";'
+    .. ' echo cs-done; else echo cs-skipped; fi', a.path, a.recursive and "-r" or "-f"),
+    { sudo = true, timeout = a.timeout or M.WRITE_TIMEOUT })
+  if not out then return "failed", err end
+  return said(out) == "skipped" and "skipped" or "done"
+end
+
+function EXECUTE.run(self, a)
+  local out, err = need_conn(self):check(a.cmd, with_sudo({ sudo = a.sudo, stdin = a.stdin, timeout = a.timeout },
+    M.WRITE_TIMEOUT))
+  if not out then return "failed", err end
+  return "done"
+end
+
+function EXECUTE.service(self, a)
+  if not self.os then return "failed", self.name .. ": no OS configurer (was the OS detected?)" end
+  local cmd, why = self.os:service(a.verb, a.service)
+  if not cmd then return "failed", self.name .. ": " .. a.say .. ": " .. tostring(why) end
+  local out, err = need_conn(self):check(cmd, { sudo = true, timeout = a.timeout or M.WRITE_TIMEOUT })
+  if not out then return "failed", err end
+  return "done"
+end
+
+-- A step is the phase's own code: steps[name](ctx, host, action) -> true | "skipped" | nil, err
+function EXECUTE.step(self, a, opts)
+  local fn = opts.steps and opts.steps[a.name]
+  if type(fn) ~= "function" then return "failed", self.name .. ": the phase has no step " .. a.name end
+  local ok, r, err = pcall(fn, opts.ctx, self, a)
+  if not ok then
+    if r == "cancelled" then error(r, 0) end
+    return "failed", type(r) == "table" and tostring(r.err or r) or tostring(r)
+  end
+  if r == nil and err ~= nil then return "failed", tostring(err) end
+  return r == "skipped" and "skipped" or "done"
+end
+
+function EXECUTE.note(self, a)
+  return "failed", self.name .. ": \"" .. a.say .. "\" is a sentence, not an action: a phase whose assess returns"
+    .. " sentences must do its work in run (docs/phases.md)"
+end
+
+-- host:apply(actions, {ctx = context, steps = phase.steps}) -> outcomes, err
+-- Executes the records in order; outcomes[i] = {status = "done"|"skipped"|"failed"|"not_run",
+-- error = msg|nil}: "skipped" when the host already had it (same content, mode and owner),
+-- "not_run" for every action after the first failure, which stops the list; err is that
+-- failure's message. A dry run refuses it as a whole, like every write.
+function Host:apply(actions, opts)
+  opts = opts or {}
+  refuse(self, string.format("apply %d action%s", #actions, #actions == 1 and "" or "s"))
+  local outcomes = {}
+  for i, a in ipairs(actions) do
+    action.check(a)
+    if a.kind ~= "step" and a.kind ~= "note" then self.writes_sent = self.writes_sent + 1 end
+    local status, err = EXECUTE[a.kind](self, a, opts)
+    outcomes[i] = { status = status, error = err }
+    if status == "failed" then
+      if self.log then self.log:debug("%s: failed: %s", a.say, tostring(err)) end
+      for j = i + 1, #actions do outcomes[j] = { status = "not_run" } end
+      return outcomes, err
+    end
+    if self.log then self.log:debug("%s: %s", a.say, status) end
+  end
+  return outcomes
 end
 
 -- Reads a local file through the connection of a downloaded copy (a read).

@@ -397,7 +397,7 @@ local function basename(path)
   return path:match("([^/]*)$")
 end
 
--- Connection:upload(local, remote, {mode = "0644"|number, owner, group, timeout})
+-- Connection:upload(local, remote, {mode = "0644"|number, owner, group, timeout, sha256 = expected})
 --   -> { skipped = bool, bytes = n, sha256 = hex } | nil, msg, code
 -- To a temporary name beside the target, fsync'd, checked against the local sha256 on the
 -- host, then renamed into place: the target is either the old file or the whole new one.
@@ -406,6 +406,10 @@ function Connection:upload(local_path, remote, opts)
   opts = opts or {}
   local sum, size = util.sha256_file(local_path)
   if not sum then return nil, size, "io" end
+  if opts.sha256 and opts.sha256 ~= sum then
+    return nil, string.format("localhost: %s: sha256 is %s, not the planned %s (the file changed since the plan)",
+      local_path, sum, opts.sha256), "io"
+  end
   local mode = opts.mode
   if type(mode) == "number" then mode = string.format("%o", mode) end
   mode = mode and mode:gsub("^0+(%d%d%d)$", "%1")

@@ -80,9 +80,9 @@ local function is_count(v) return type(v) == "number" and v >= 0 and v == math.f
 -- The phase modules of the pipeline, in order, with what the report must say of them.
 local function expected_phases()
   local list = {}
-  for i, mod in ipairs(pipeline.phases) do
-    local m = require(mod)
-    list[i] = { id = m.id, title = m.title, number = pipeline.numbers[i], policy = contract.policy(m) }
+  for i, entry in ipairs(pipeline.phases) do
+    local m = require(entry[2])
+    list[i] = { id = m.id, title = m.title, number = entry[1], policy = contract.policy(m) }
   end
   return list
 end
@@ -97,7 +97,7 @@ end
 -- Every key docs/dry-run.md lists, always present, with the documented types.
 local function check_schema(doc, names)
   assert.are.same(TOP_KEYS, keys_of(doc))
-  assert.are.equal("cargoship.report/v1", doc.schema)
+  assert.are.equal("cargoship.report/v2", doc.schema)
   assert.are.equal("apply", doc.pipeline)
   assert.are.equal("dryrun", doc.cluster)
   assert.are.same(names, doc.hosts)
@@ -125,7 +125,12 @@ local function check_schema(doc, names)
       assert.is_true(at > pos, w.id .. ": hosts in config order")
       pos = at
       assert.are.equal("table", type(h.actions))
-      for _, a in ipairs(h.actions) do assert.are.equal("string", type(a)) end
+      for _, a in ipairs(h.actions) do
+        assert.are.equal("string", type(a.kind), w.id .. ": an action's kind")
+        assert.are.equal("string", type(a.say), w.id .. ": an action's sentence")
+        assert.is_true(is_null(a.outcome) and is_null(a.error), w.id .. ": a dry run's action has no outcome")
+        assert.is_nil(a.content, w.id .. ": no file content in the report")
+      end
       assert.is_true(is_null(h.reason) or type(h.reason) == "string")
       assert.is_true(is_null(h.error) or type(h.error) == "string")
       assert.is_true(is_count(h.probes) and is_count(h.writes))
@@ -289,7 +294,10 @@ describe("cargoship apply on " .. N .. " lab hosts", function()
       local lock = by_id.acquire_lock
       assert.are.equal("would_act", lock.verdict)
       assert.are.equal(N, #lock.hosts)
-      for _, h in ipairs(lock.hosts) do assert.matches("^take the lock at /", h.actions[1]) end
+      for _, h in ipairs(lock.hosts) do
+        assert.are.same({ "step", "take_lock" }, { h.actions[1].kind, h.actions[1].name })
+        assert.matches("^take the lock at /", h.actions[1].say)
+      end
     end)
 
     it("leaves every host's upper dir (and /run, /tmp, /dev/shm) as it was", function()

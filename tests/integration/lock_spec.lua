@@ -20,28 +20,37 @@ package.cpath = build .. "/lib/?.so;" .. package.cpath
 package.loaded["cargoship.build"] = { version = "0.0.0-lockdriver", root = src }
 local loop = require "cargoship.loop"
 local context = require "cargoship.pipeline.context"
-local acquire = require "cargoship.phases.acquire_lock"
-local release = require "cargoship.phases.release_lock"
+local runner = require "cargoship.pipeline.runner"
 local path = os.getenv("CLUSTER")
 local log = require("cargoship.log").new { level = "verbose", stream = io.stderr }
 local function say(...) io.stdout:write(...) io.stdout:write("\n") io.stdout:flush() end
-local ok, code = loop.run(function()
-  local cluster = assert(require("cargoship.config").load(path, { env = os.getenv }))
-  local ctx = context.new { cluster = cluster, log = log,
-    options = { cluster_file = path, known_hosts = os.getenv("KNOWN_HOSTS") } }
-  local cok, cfail = require("cargoship.phases.connect").run(ctx, ctx.hosts)
-  if not cok then say("FAILED connect: ", tostring(cfail[1] and cfail[1].err or cfail)) return 1 end
-  local aok, failures = acquire.run(ctx, acquire.prepare(ctx))
-  if not aok then
-    for _, f in ipairs(failures) do say("FAILED ", f.err) end
-    acquire.cleanup(ctx)
-    return #ctx.state.lock_conflicts > 0 and 4 or 1
-  end
+-- "working" between the lock phases: a read-only phase that only waits
+local hold = { id = "hold", title = "Hold", dry_run = "read_only", run = function()
   say("ACQUIRED")
   loop.sleep(tonumber(os.getenv("HOLD") or "60"))
-  local rok = release.run(ctx, release.prepare(ctx))
-  say(rok and "RELEASED" or "RELEASE FAILED")
-  return rok and 0 or 1
+  return true
+end }
+local ok, code = loop.run(function()
+  local cluster = assert(require("cargoship.config").load(path, { env = os.getenv }))
+  local o = { cluster_file = path, known_hosts = os.getenv("KNOWN_HOSTS") }
+  -- the command builds the transport, as apply does
+  local transport = assert(require("cargoship.commands.apply").transport_for(o, os.getenv))
+  local ctx = context.new { cluster = cluster, log = log, options = o, transport = transport }
+  local phases = { require("cargoship.phases.connect"), require("cargoship.phases.acquire_lock"), hold,
+    (require("cargoship.phases.release_lock")) }
+  local rep = runner.run(ctx, phases)
+  if not rep.final then return 130 end
+  for _, p in ipairs(rep.phases) do
+    if p.verdict == "failed" then
+      for _, h in ipairs(p.hosts) do
+        if h.error then say("FAILED ", p.id == "connect" and "connect: " or "", h.error) end
+      end
+      if p.id == "release_lock" then say("RELEASE FAILED") end
+      return #ctx.lock_conflicts > 0 and 4 or 1
+    end
+  end
+  say("RELEASED")
+  return 0
 end)
 os.exit(ok and code or (loop.interrupted() and 130 or 1))
 ]==]

@@ -109,26 +109,45 @@ function M.apply_options(ctx, a)
   }
 end
 
+-- M.transport_for(options, env) -> transport | nil, msg: the SSH transport of one pass,
+-- with the run's known_hosts, host-key policy and SSH timeout. The command owns it: it is
+-- built here, handed to the hosts (host:connect), and closed when the pass ends; no phase
+-- holds it. repl and unlock build theirs the same way.
+function M.transport_for(o, env)
+  local transport = require "cargoship.transport"
+  local ok, t = pcall(transport.new, {
+    known_hosts = o.known_hosts,
+    host_key_policy = o.host_key_policy,
+    timeout = o.ssh_timeout,
+    -- an encrypted key's passphrase comes from the environment, never from a file or flag
+    passphrase = o.passphrase or function() return env and env("CARGOSHIP_SSH_PASSPHRASE") end,
+    keepalive = o.keepalive,
+  })
+  if not ok then return nil, "cannot set up SSH: " .. tostring(t) end
+  return t
+end
+
 -- One pass of the pipeline over fresh Host objects: a dry run (the plan) or the real run.
 -- `late(report)` prints a report that was finished after an interruption (see runner.run).
 -- -> report, the pass's context
-local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late)
+local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late, plan)
   local loop = require "cargoship.loop"
+  local transport, terr = M.transport_for(o, ctx.env)
+  if not transport then error(terr, 0) end
   local pctx = context.new { cluster = cluster, options = o, log = ctx.log, dry_run = dry_run, now = ctx.now,
-    env = ctx.env }
-  pctx.distro = o.distro_package
+    env = ctx.env, transport = transport, distro = o.distro_package }
   local prog = progress.new { stream = ctx.stderr, tty = ctx.isatty and ctx.isatty.stderr,
     enabled = ctx.log:enabled("info"), logger = ctx.log, now = loop.now }
   local rep = runner.run(pctx, phases, { pipeline = pipeline, progress = prog, deadline = deadline,
-    timeout = o.timeout, on_late_report = late })
+    timeout = o.timeout, on_late_report = late, plan = plan })
   -- the plan's disconnect only says it would disconnect; no session may outlive its pass
-  if rep.final and pctx.transport then pctx.transport:close_all() end
+  if rep.final then transport:close_all() end
   return rep, pctx
 end
 
 -- Exit code of a real run: "locked" when another cargoship's lock stopped it.
 local function real_exit_code(ctx, rep, pctx)
-  local conflicts = pctx.state.lock_conflicts
+  local conflicts = pctx.lock_conflicts
   if rep.outcome == "failed" and type(conflicts) == "table" and #conflicts > 0 then return ctx.exit.locked end
   return report.exit_code(rep, ctx.exit)
 end
@@ -224,7 +243,7 @@ local function run_pipeline(ctx, cluster, o)
   local rep, pctx = pass(ctx, cluster, o, phases, pipeline, false, deadline, function(r)
     r.plan = plan
     emit(ctx, o, r)
-  end)
+  end, plan)
   rep.plan = plan
   if not rep.final then return ctx.exit.interrupted end
   emit(ctx, o, rep)

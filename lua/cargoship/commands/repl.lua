@@ -106,12 +106,12 @@ local function planner(ctx, pctx, options)
     if not phases then error(pipeline, 0) end
     local hosts = {}
     for i, h in ipairs(pctx.hosts) do
-      hosts[i] = host_mod.new { config = h.config_declared or h.config, dry_run = true, log = h.log }
+      hosts[i] = host_mod.new { config = h.config_declared or h.config, dry_run = true, log = h.log,
+        transport = pctx.transport }
       if h.conn then hosts[i]:attach(h.conn) end
     end
     local dctx = context.new { cluster = pctx.cluster, options = options, log = pctx.log, dry_run = true,
-      hosts = hosts, env = ctx.env, now = ctx.now }
-    dctx.transport = pctx.transport
+      hosts = hosts, env = ctx.env, now = ctx.now, transport = pctx.transport }
     local rep = runner.run(dctx, phases, { pipeline = pipeline })
     ctx.stdout:write(report.text(rep))
   end
@@ -162,9 +162,14 @@ function M.run(ctx, a)
     end
   end
   local options = session_options(ctx, o)
+  local transport, terr = require("cargoship.commands.apply").transport_for(options, ctx.env)
+  if not transport then
+    ctx.stderr:write("cargoship repl: ", terr, "\n")
+    return ctx.exit.failure
+  end
   local pctx = context.new { cluster = cluster, options = options, log = phase_logger(ctx), dry_run = false,
-    env = ctx.env, now = ctx.now }
-  loop.defer(function() if pctx.transport then pctx.transport:close_all() end end)
+    env = ctx.env, now = ctx.now, transport = transport }
+  loop.defer(function() transport:close_all() end)
   local t0 = loop.now()
   local failed = repl.connect(pctx)
   local bad = say_connected(ctx, pctx, failed, loop.now() - t0)

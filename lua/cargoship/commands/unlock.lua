@@ -40,13 +40,13 @@ M.keeps_log = true   -- every run that touches hosts keeps its debug log
 -- The same connection path as apply's first phase, so both meet the same host keys.
 local function connect(ctx, cluster, o)
   local context = require "cargoship.pipeline.context"
-  local run = context.new {
-    cluster = cluster, log = ctx.log, dry_run = false,
-    options = {
-      known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
-      host_key_policy = o.host_key_policy, ssh_timeout = o.timeout, concurrency = 50,
-    },
+  local options = {
+    known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
+    host_key_policy = o.host_key_policy, ssh_timeout = o.timeout, concurrency = 50,
   }
+  local transport = assert(require("cargoship.commands.apply").transport_for(options, ctx.env))
+  local run = context.new { cluster = cluster, log = ctx.log, dry_run = false, options = options,
+    transport = transport, env = ctx.env }
   require("cargoship.phases.connect").run(run, run.hosts)
   return run
 end
@@ -80,7 +80,7 @@ function M.run(ctx, a)
   local failed = 0
   -- true, values | nil, failures, values
   local ok, second, third = run:each(run.hosts, function(host)
-    if not host.conn then return nil, host.name .. ": not connected" end
+    if not host:connected() then return nil, host.name .. ": not connected" end
     return lock.read(host, { timeout = o.timeout })
   end)
   local values = ok and second or third

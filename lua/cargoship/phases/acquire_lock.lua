@@ -3,10 +3,13 @@
 -- Timings come from the lock module's defaults (touch every 30 s, stale after 60 s of
 -- silence) unless CARGOSHIP_LOCK_INTERVAL / CARGOSHIP_LOCK_STALE_AFTER (seconds) say
 -- otherwise; the integration specs shrink them to watch a takeover happen.
--- The handles land in ctx.state.locks[host.name]. A host whose lock is later lost or stolen
--- is failed through ctx:fail and marked host.lock_lost, so the run stops there.
--- A conflict is recorded in ctx.state.lock_conflicts (messages naming the holders), so the
--- command can exit with its "locked" code.
+-- assess reads the lock and plans one step, take_lock, whose sentence says whom the run
+-- meets there; run executes it on the first host alone, then on the others. The handles
+-- land in ctx.locks[host.name]. A host whose lock is later lost or stolen is reported by
+-- the lock's callback through ctx:host_lost, which fails it from then on. A conflict is
+-- recorded in ctx.lock_conflicts (messages naming the holders), so the command can exit
+-- with its "locked" code.
+local action = require "cargoship.action"
 local lock = require "cargoship.lock"
 
 local M = {}
@@ -48,57 +51,53 @@ end
 -- Reads the lock to say whom a real run would meet there.
 function M.assess(ctx, host)
   local cur = lock.read(host)
-  if not cur then return { "take the lock at " .. lock.DIRS[1] .. "/" .. lock.NAME } end
-  if not cur.held then return { "take the lock at " .. cur.path } end
-  local stale = cur.age and cur.age > (timings(ctx).stale_after or lock.STALE_AFTER)
-  return { string.format("take the lock at %s (currently held by %s%s)", cur.path,
-    lock.describe(cur.record, cur.age, cur.now), stale and "; stale, so it would be taken over" or "") }
+  local say
+  if not cur then say = "take the lock at " .. lock.DIRS[1] .. "/" .. lock.NAME
+  elseif not cur.held then say = "take the lock at " .. cur.path
+  else
+    local stale = cur.age and cur.age > (timings(ctx).stale_after or lock.STALE_AFTER)
+    say = string.format("take the lock at %s (currently held by %s%s)", cur.path,
+      lock.describe(cur.record, cur.age, cur.now), stale and "; stale, so it would be taken over" or "")
+  end
+  return { action.step { name = "take_lock", say = say } }
 end
 
-local function take(ctx, info, o)
-  return function(host)
-    local h, err, code = lock.acquire(host, info, {
-      interval = o.interval, stale_after = o.stale_after,
-      on_lost = function(msg)
-        host.lock_lost = msg
-        if ctx.fail then ctx:fail(host, msg) end
-      end,
-    })
-    if not h then
-      if code == "locked" then
-        local c = ctx.state.lock_conflicts
-        c[#c + 1] = err
-      end
-      return nil, err
-    end
-    ctx.state.locks[host.name] = h
-    return true
+M.steps = {}
+
+function M.steps.take_lock(ctx, host)
+  local o = timings(ctx)
+  local h, err, code = lock.acquire(host, holder_info(ctx), {
+    interval = o.interval, stale_after = o.stale_after,
+    on_lost = function(msg) ctx:host_lost(host, msg) end,
+  })
+  if not h then
+    if code == "locked" then ctx.lock_conflicts[#ctx.lock_conflicts + 1] = err end
+    return nil, err
   end
+  ctx.locks[host.name] = h
+  return true
 end
 
 -- The first host goes first, alone: two applies racing for the same cluster then meet
 -- there, and the loser stops before it holds any host, instead of each holding half.
 function M.run(ctx, hosts)
-  ctx.state.locks = ctx.state.locks or {}
-  ctx.state.lock_conflicts = ctx.state.lock_conflicts or {}
   if #hosts == 0 then return true end
-  local fn = take(ctx, holder_info(ctx), timings(ctx))
-  local ok, failures = ctx:each({ hosts[1] }, fn)
-  if ok and #hosts > 1 then ok, failures = ctx:each({ table.unpack(hosts, 2) }, fn) end
+  local function take(host) return ctx:apply(host) end
+  local ok, failures = ctx:each({ hosts[1] }, take)
+  if ok and #hosts > 1 then ok, failures = ctx:each({ table.unpack(hosts, 2) }, take) end
   if not ok then return nil, failures end
   return true
 end
 
 -- Releases every lock this run took, however the run ends early.
 function M.cleanup(ctx)
-  local locks = ctx.state.locks or {}
   local held = {}
   for _, host in ipairs(ctx.hosts) do
-    if locks[host.name] then held[#held + 1] = host end
+    if ctx.locks[host.name] then held[#held + 1] = host end
   end
   if #held == 0 then return end
   ctx:each(held, function(host)
-    local ok, err = locks[host.name]:release()
+    local ok, err = ctx.locks[host.name]:release()
     if not ok and host.log then host.log:warn("%s", err) end
     return true
   end)

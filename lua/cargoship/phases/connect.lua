@@ -1,8 +1,8 @@
 -- Phase "Connect to hosts": opens one SSH session per host through the run's transport, and nothing else.
 --
--- ctx.transport is created here once (transport.new with the run's known_hosts, host-key
--- policy and SSH timeout) and kept for every later phase. A host already connected is
--- left as it is. Closing the sessions is "Disconnect from hosts"' job.
+-- host:connect() opens it through the transport the command built for the run (the phase
+-- never holds the transport). A host already connected is left as it is. Closing the
+-- sessions is "Disconnect from hosts"' job.
 local M = {
   id = "connect",
   title = "Connect to hosts",
@@ -24,36 +24,15 @@ function M.prepare(ctx)
   return ctx.hosts
 end
 
-local function transport_for(ctx)
-  if ctx.transport then return ctx.transport end
-  local o = ctx.options or {}
-  -- required here, not at load: loading a phase must not open the runtime
-  local transport = require "cargoship.transport"
-  local ok, t = pcall(transport.new, {
-    known_hosts = o.known_hosts,
-    host_key_policy = o.host_key_policy,
-    timeout = o.ssh_timeout,
-    -- an encrypted key's passphrase comes from the environment, never from a file or flag
-    passphrase = o.passphrase or function() return ctx.env and ctx.env("CARGOSHIP_SSH_PASSPHRASE") end,
-    keepalive = o.keepalive,
-  })
-  if not ok then return nil, "cannot set up SSH: " .. tostring(t) end
-  ctx.transport = t
-  return t
-end
-
 function M.run(ctx, hosts)
-  local t, err = transport_for(ctx)
-  if not t then return nil, err end
   return ctx:each(hosts, function(host)
-    if host.conn then return true end
+    if host:connected() then return true end
     local c = host.config.connection or {}
     if c.kind and c.kind ~= "ssh" then
       return nil, host.name .. ": " .. (UNSUPPORTED[c.kind] or ("unknown connection kind " .. c.kind))
     end
-    local conn, cerr = t:connect(c, host.name)
-    if not conn then return nil, cerr end
-    host:attach(conn)
+    local ok, err = host:connect()
+    if not ok then return nil, err end
     host.log:verbose("connected to %s:%d as %s%s", c.address, c.port or 22, c.user or "root",
       c.bastion and (" via " .. c.bastion.address) or "")
     return true

@@ -7,8 +7,9 @@
 -- action is the engine's verdict ("install", "upgrade", "same", "downgrade", "minor_skip";
 -- distros.engine.judge) against the package, nil without one. A refused verdict (downgrade
 -- without ctx.options.allow_downgrade, a controller skipping a minor) fails that host.
--- ctx.state.leader = first controller whose controller service runs, else first controller;
--- ctx.state.engine_running = some controller's service runs; ctx.state.engine_type.
+-- ctx.leader = first controller whose controller service runs, else first controller;
+-- ctx.engine_running = some controller's service runs; ctx.engine_type; ctx.engine (the
+-- configurer) stays the package's when the command set it, else the leader's engine.
 local shell = require "cargoship.shell"
 local engine = require "distros.engine"
 
@@ -122,14 +123,15 @@ function M.run(ctx, hosts)
     local e = h.facts.engine
     if h.role == "controller" and e and e.running then running = true end
   end
-  ctx.state.engine_running = running
-  ctx.state.leader = M.choose_leader(ctx.hosts)
-  local leader_engine = ctx.state.leader and ctx.state.leader.facts.engine
-  ctx.state.engine_type = ctx.distro and ctx.distro.type or (leader_engine and leader_engine.type)
+  ctx.engine_running = running
+  ctx.leader = M.choose_leader(ctx.hosts)
+  local leader_engine = ctx.leader and ctx.leader.facts.engine
+  ctx.engine_type = ctx.distro and ctx.distro.type or (leader_engine and leader_engine.type)
+  ctx.engine = ctx.engine or (ctx.engine_type and engine.load(ctx.engine_type)) or nil
   if not ctx.distro then
     ctx.log:info("no distro package given: install/upgrade not judged")
   end
-  if ctx.state.leader then ctx.log:verbose("leader: %s", ctx.state.leader.name) end
+  if ctx.leader then ctx.log:verbose("leader: %s", ctx.leader.name) end
   if not ok then return nil, failures end
   return true
 end

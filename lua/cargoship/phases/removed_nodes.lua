@@ -7,7 +7,7 @@
 -- to list them only warns. Matching is generous and case-insensitive: node name or any
 -- node address against each host's hostname, FQDN, node name, private and connection
 -- addresses, and every global address the host has.
--- Stores ctx.state.nodes (name, addresses, role, host) and host.facts.node (the matched
+-- Stores ctx.nodes (name, addresses, role, host) and host.facts.node (the matched
 -- node's name: the one name drain/uncordon must use). run returns {summary = "..."}.
 local cjson = require "cjson"
 local engine = require "distros.engine"
@@ -25,8 +25,7 @@ M.CONTROLLER_ROLES = { "control-plane", "master", "etcd" }
 
 -- The leader, when some controller service runs; nothing to check otherwise.
 function M.prepare(ctx)
-  local st = ctx.state or {}
-  if st.engine_running and st.leader then return { st.leader } end
+  if ctx.engine_running and ctx.leader then return { ctx.leader } end
   return {}
 end
 
@@ -107,7 +106,8 @@ function M.run(ctx, hosts)
     return { summary = summary }
   end
   local leader = hosts[1]
-  local e, why = engine.load(ctx.state.engine_type or (leader.facts.engine or {}).type)
+  local e, why = ctx.engine, "no engine type known"
+  if not e then e, why = engine.load((leader.facts.engine or {}).type) end
   local listed
   if e then
     ctx:each({ leader }, function(h)
@@ -124,7 +124,7 @@ function M.run(ctx, hosts)
     return { summary = summary }
   end
   local unmanaged = M.match(listed, ctx.hosts)
-  ctx.state.nodes = listed
+  ctx.nodes = listed
   if #unmanaged == 0 then
     local summary = string.format("all %d nodes are in the config", #listed)
     ctx.log:info("%s", summary)

@@ -144,7 +144,7 @@ function M.run(ctx, hosts)
     if sudo[h] then add(problems, h, sudo[h]) end
   end
   for _, p in ipairs(M.problems(ctx, hosts)) do problems[#problems + 1] = p end
-  ctx.state.validation = problems
+  ctx.validation = problems
   if #problems > 0 then
     -- one failure per problem, on its host: the runner logs them and lists them under the hosts
     local failures = {}

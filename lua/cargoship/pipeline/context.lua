@@ -6,13 +6,25 @@
 --   options   the apply options (commands/apply.lua apply_options); concurrency defaults to 30
 --   dry_run   true in a dry run (every Host refuses writes then)
 --   log       the run's logger
---   transport nil until the connect phase creates it
---   state     a table the phases share (state.leader, ...)
+--   transport the run's transport, built by the command and given to every host; phases
+--             never use it (host:connect does)
 --   run_id    a string naming this run (lock holder, temp file names)
---   distro    nil for now (the distro package is not loaded yet)
+--   distro    the distro package (distros.package) or nil
 --   env       function(name) -> value: the environment the command runs in (os.getenv)
+--   -- what phases learn and hand on, declared here so none is a string key of a bag:
+--   leader          the Host leading the cluster: the first controller until "Gathering facts
+--                   about the distro installed" picks the one whose service runs
+--   engine          the engine configurer of the run (distros.engine), from the package's
+--                   type, else the leader's engine; nil when neither is known
+--   engine_type     its type ("rke2", "k3s", ...), engine_running: some controller's service runs
+--   nodes           the cluster's nodes as "Checking for nodes no longer in the config" listed them
+--   locks           {[host name] = lock handle} this run holds (phase 7 takes, 30 releases)
+--   lock_conflicts  messages naming the other holders a lock attempt met
+--   validation      the problems "Validate hosts" found ({host =, message =})
+--   state           a table custom phases share among themselves; built-in phases use the fields
 -- }
--- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:leader(): see below.
+-- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg),
+-- ctx:planned(host), ctx:apply(host, actions): see below.
 local host_mod = require "cargoship.host"
 local pool = require "cargoship.pool"
 
@@ -41,21 +53,41 @@ function M.new(o)
     options = options,
     dry_run = dry_run and true or false,
     log = o.log,
-    transport = nil,
+    transport = o.transport,
     state = {},
     run_id = o.run_id or default_run_id(o.now or os.time),
-    distro = nil,
+    distro = o.distro,
     env = o.env or os.getenv,
     hosts = o.hosts,
+    leader = nil,
+    -- the engine is the package's, set once here; without a package distro_facts picks the
+    -- leader's
+    engine = o.distro and require("distros.engine").for_package(o.distro) or nil,
+    engine_type = o.distro and o.distro.type or nil,
+    engine_running = false,
+    nodes = nil,
+    locks = {},
+    lock_conflicts = {},
+    validation = nil,
     -- bookkeeping of the runner, not for phases
     _failures = nil,  -- failures ctx:fail recorded during the current phase
+    _lost = {},       -- [host] = message: hosts lost for the rest of the run (ctx:host_lost)
+    _planned = nil,   -- [host] = the action records the current phase assessed
+    _outcomes = nil,  -- [host] = {[record] = outcome} of what ctx:apply executed
+    _steps = nil,     -- the current phase's steps
     _logged = setmetatable({}, { __mode = "k" }),
     _progress = nil,
   }, Context)
   if not ctx.hosts then
     ctx.hosts = {}
     for i, cfg in ipairs((o.cluster and o.cluster.hosts) or {}) do
-      ctx.hosts[i] = host_mod.new { config = cfg, dry_run = ctx.dry_run }
+      ctx.hosts[i] = host_mod.new { config = cfg, dry_run = ctx.dry_run, transport = ctx.transport }
+    end
+  end
+  for _, h in ipairs(ctx.hosts) do
+    if h.role == "controller" then
+      ctx.leader = h
+      break
     end
   end
   -- every child logger before the first line, so the host column never widens mid-run
@@ -136,14 +168,45 @@ function Context:each(hosts, fn, opts)
   return true, values
 end
 
--- The host that leads the cluster: whatever a phase chose (state.leader), else the first
--- controller in config order.
-function Context:leader()
-  if self.state.leader then return self.state.leader end
-  for _, h in ipairs(self.hosts) do
-    if h.role == "controller" or (h.is_controller and h:is_controller()) then return h end
+-- ctx:host_lost(host, msg): host is gone for the rest of the run (its lock was lost or
+-- stolen, say): it fails in the phase running now, or in the next one when none runs, and
+-- in every phase after. The lock's loss callback calls it; nothing else needs to know why.
+function Context:host_lost(host, msg)
+  msg = tostring(msg or (host.name .. ": lost"))
+  if self._lost[host] then return end
+  self._lost[host] = msg
+  if self._failures then self:fail(host, msg) end
+end
+
+-- ctx:planned(host) -> the action records the running phase assessed on host ({} for none).
+-- A phase's run executes them, in the order it chooses, with ctx:apply.
+function Context:planned(host)
+  return (self._planned and self._planned[host]) or {}
+end
+
+-- ctx:apply(host, actions) -> true | nil, err: executes actions (default: all of
+-- ctx:planned(host)) through host:apply with the running phase's steps, and records each
+-- record's outcome for the report. actions must be records of ctx:planned(host): the run
+-- does what the plan said, nothing it did not.
+function Context:apply(host, actions)
+  local planned = self:planned(host)
+  actions = actions or planned
+  local known = {}
+  for _, a in ipairs(planned) do known[a] = true end
+  for i, a in ipairs(actions) do
+    if not known[a] then
+      error(string.format("ctx:apply: action %d (%s) is not one this phase assessed on %s", i,
+        type(a) == "table" and tostring(a.say) or type(a), host.name), 2)
+    end
   end
-  return nil
+  local outcomes, err = host:apply(actions, { ctx = self, steps = self._steps })
+  if self._outcomes then
+    local by = self._outcomes[host] or {}
+    self._outcomes[host] = by
+    for i, a in ipairs(actions) do by[a] = outcomes[i] end
+  end
+  if err then return nil, err end
+  return true
 end
 
 M.Context = Context

@@ -9,9 +9,16 @@
 --            nil         reported, not run (what a phase that declares nothing gets)
 --   reads, creates      lists of names of host state ("facts", "engine_version", "lock")
 --   prepare(ctx)        -> hosts the phase concerns (default: ctx.hosts). Reads only.
---   assess(ctx, host)   -> actions ({action = "sentence"} or strings) | nil/{}. Reads only.
---   run(ctx, hosts)     does the work; raises or returns nil, err (a string or the failure
---                       list ctx:each returns) to fail.
+--   assess(ctx, host)   -> action records (cargoship.action) | nil/{}. Reads only. Required of
+--                       every phase that is not read-only: it is the plan, and what runs.
+--                       (Plain sentences still load, as kind "note"; docs/phases.md.)
+--   run(ctx, hosts)     optional for a phase with assess: without it the runner executes the
+--                       assessed records through host:apply on every host with work, hosts
+--                       concurrently; with it, the phase orders them itself (ctx:apply).
+--                       Required of a read-only phase (its reads are its work). Raises or
+--                       returns nil, err (a string or the failure list ctx:each returns) to fail.
+--   steps               {name = function(ctx, host, action) -> true | "skipped" | nil, err}:
+--                       what the phase's step records do (drain, wait for Ready, take a lock)
 --   cleanup(ctx)        optional; runs, in reverse order, for every phase whose run started,
 --                       when a later phase fails or the run is cancelled.
 -- The own dry-run path is the function in `dry_run` itself: one field cannot be both the
@@ -22,9 +29,8 @@ local M = {}
 M.READ_ONLY, M.OWN, M.REPORTED = "read_only", "own", "reported"
 
 local FUNCTIONS = { "prepare", "assess", "run", "cleanup" }
-local REQUIRED_FUNCTIONS = { run = true }
 local KNOWN = { id = true, title = true, dry_run = true, reads = true, creates = true,
-  prepare = true, assess = true, run = true, cleanup = true }
+  prepare = true, assess = true, run = true, cleanup = true, steps = true }
 
 -- The dry-run policy of a well-formed phase: "read_only", "own" or "reported".
 function M.policy(phase)
@@ -93,10 +99,27 @@ function M.check(phase)
   end
   for _, name in ipairs(FUNCTIONS) do
     local f = phase[name]
-    if f == nil then
-      if REQUIRED_FUNCTIONS[name] then problems[#problems + 1] = "`" .. name .. "` is missing (a function)" end
-    elseif type(f) ~= "function" then
+    if f ~= nil and type(f) ~= "function" then
       problems[#problems + 1] = string.format("`%s` must be a function, not a %s", name, type(f))
+    end
+  end
+  if dr == "read_only" then
+    if phase.run == nil then
+      problems[#problems + 1] = "`run` is missing (a function): a read-only phase does its reads in run"
+    end
+  elseif phase.assess == nil then
+    problems[#problems + 1] = "`assess` is missing (a function): a phase that is not read-only says what it"
+      .. " would do, as action records, and the run executes exactly those"
+  end
+  if phase.steps ~= nil then
+    if type(phase.steps) ~= "table" then
+      problems[#problems + 1] = "`steps` must be a table of functions, not a " .. type(phase.steps)
+    else
+      for k, f in pairs(phase.steps) do
+        if type(k) ~= "string" or type(f) ~= "function" then
+          problems[#problems + 1] = string.format("`steps`.%s must be a function, not a %s", tostring(k), type(f))
+        end
+      end
     end
   end
   check_names(problems, phase, "reads")

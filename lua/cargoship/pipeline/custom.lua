@@ -7,11 +7,13 @@
 -- over the file's own.
 --
 -- The file runs in an environment of its own: safe standard libraries, `shell` (quoting),
--- `json`, and print routed to the run's logger; no require, io, os.execute, load, debug,
--- coroutine or package. Its functions receive views of the context and the hosts that
--- expose the phase API and nothing of the runtime: a custom phase reaches a machine only
+-- `json`, `action` (the record constructors of cargoship.action), and print routed to the
+-- run's logger; no require, io, os.execute, load, debug, coroutine or package. Its functions
+-- receive views of the context and the hosts that expose the phase API and nothing of the
+-- runtime: a custom phase reaches a machine only
 -- through the host methods, whose writes a dry run refuses. Every error raised from the
 -- file names it and the line. docs/phases.md is the operator's manual of all this.
+local action = require "cargoship.action"
 local contract = require "cargoship.pipeline.contract"
 local errors = require "cargoship.config.errors"
 local json = require "cargoship.json"
@@ -83,6 +85,8 @@ function M.sandbox(o)
     os = refusing({ time = os.time, clock = os.clock, date = os.date }, OS_REFUSED, "os."),
     shell = { quote = shell.quote, words = shell.words, fmt = shell.fmt },
     json = { encode = json.encode, decode = json_decode, null = json.null, array = json.array },
+    action = { run = action.run, write = action.write, upload = action.upload, remove = action.remove,
+      service = action.service, step = action.step, note = action.note },
     print = function(...)
       local parts = table.pack(...)
       for i = 1, parts.n do parts[i] = tostring(parts[i]) end
@@ -198,7 +202,7 @@ local function unview_failures(err)
 end
 
 local CTX_FIELDS = { cluster = true, options = true, dry_run = true, log = true, state = true,
-  run_id = true, distro = true, env = true }
+  run_id = true, distro = true, env = true, engine_type = true, engine_running = true }
 local ctx_methods = {}
 
 -- ctx:each(hosts, fn, opts): as Context:each, over views.
@@ -223,9 +227,13 @@ function ctx_methods.fail(self, host, msg)
   return real_ctx[self]:fail(unview_host(host, "host"), msg)
 end
 
-function ctx_methods.leader(self)
-  local h = real_ctx[self]:leader()
-  return h and view_host(h) or nil
+-- ctx:planned(host) and ctx:apply(host, actions): as Context's, over views.
+function ctx_methods.planned(self, host)
+  return real_ctx[self]:planned(unview_host(host, "host"))
+end
+
+function ctx_methods.apply(self, host, actions)
+  return real_ctx[self]:apply(unview_host(host, "host"), actions)
 end
 
 local CtxView = {
@@ -233,6 +241,10 @@ local CtxView = {
   __index = function(v, k)
     if ctx_methods[k] then return ctx_methods[k] end
     if CTX_FIELDS[k] then return real_ctx[v][k] end
+    if k == "leader" then
+      local h = real_ctx[v].leader
+      return h and view_host(h) or nil
+    end
     return nil
   end,
   __newindex = function(_, k)
@@ -269,9 +281,21 @@ local function wrap(phase, file)
   if phase.assess then
     w.assess = function(ctx, host) return guarded(h, phase.assess, view_ctx(ctx), view_host(host)) end
   end
-  w.run = function(ctx, hosts)
-    local r, err = guarded(h, phase.run, view_ctx(ctx), view_list(hosts))
-    return r, unview_failures(err)
+  if phase.run then
+    w.run = function(ctx, hosts)
+      local r, err = guarded(h, phase.run, view_ctx(ctx), view_list(hosts))
+      return r, unview_failures(err)
+    end
+  end
+  if type(phase.steps) == "table" then
+    w.steps = {}
+    for name, fn in pairs(phase.steps) do
+      w.steps[name] = type(fn) == "function" and function(ctx, host, a)
+        return guarded(h, fn, view_ctx(ctx), view_host(host), a)
+      end or fn
+    end
+  elseif phase.steps ~= nil then
+    w.steps = phase.steps
   end
   if type(phase.dry_run) == "function" then
     w.dry_run = function(ctx, hosts)
@@ -408,14 +432,17 @@ function M.load_all(o)
 end
 
 -- M.assemble(phases, pipeline, customs) -> phases, pipeline | nil, message
--- pipeline: {name, numbers, not_in_build}; the result is a new one whose numbers give a
--- custom phase the number of the phase it replaces, else of the phase before it (0 first).
+-- pipeline: {name, phases = {{number, module}, ...}, not_in_build}; the result is a new one
+-- whose entries are {number, module name or custom phase table}: a custom phase gets the
+-- number of the phase it replaces, else of the phase before it (0 first).
 function M.assemble(phases, pipeline, customs)
   if #customs == 0 then return phases, pipeline end
   local ids, slots, by_id = {}, {}, {}
   for i, p in ipairs(phases) do
     ids[i] = p.id
-    slots[i] = { before = {}, after = {}, phase = p, number = pipeline.numbers and pipeline.numbers[i] or i }
+    local entry = pipeline.phases and pipeline.phases[i]
+    slots[i] = { before = {}, after = {}, phase = p, number = entry and entry[1] or i,
+      module = entry and entry[2] or p }
     by_id[p.id] = slots[i]
   end
   local problems = {}
@@ -436,21 +463,21 @@ function M.assemble(phases, pipeline, customs)
     end
   end
   if #problems > 0 then return nil, table.concat(problems, "\n") end
-  local out, numbers = {}, {}
-  local function add(phase, number)
+  local out, entries = {}, {}
+  local function add(phase, number, module)
     out[#out + 1] = phase
-    numbers[#numbers + 1] = number
+    entries[#entries + 1] = { number, module or phase }
   end
   for _, slot in ipairs(slots) do
-    for _, c in ipairs(slot.before) do add(c.phase, numbers[#numbers] or 0) end
-    add(slot.replaced and slot.replaced.phase or slot.phase, slot.number)
+    for _, c in ipairs(slot.before) do add(c.phase, entries[#entries] and entries[#entries][1] or 0) end
+    if slot.replaced then add(slot.replaced.phase, slot.number) else add(slot.phase, slot.number, slot.module) end
     for _, c in ipairs(slot.after) do add(c.phase, slot.number) end
   end
   local ok, list = contract.check_all(out)
   if not ok then
     return nil, "the pipeline with custom phases breaks the phase contract:\n  " .. table.concat(list, "\n  ")
   end
-  return out, { name = pipeline.name, numbers = numbers, not_in_build = pipeline.not_in_build }
+  return out, { name = pipeline.name, phases = entries, not_in_build = pipeline.not_in_build }
 end
 
 -- Everything a command does before its first pass: load the run's custom phases and place

@@ -11,18 +11,27 @@
 --   phases = { {index, number, id, title, dry_run_policy = "read_only"|"own"|"reported",
 --       verdict = "ran"|"own"|"would_act"|"nothing_to_do"|"unassessed"|"failed"|"skipped"|"interrupted",
 --       elapsed, probes, writes, error = nil | string, summary = nil | string (the phase's own),
---       hosts = { {host = name, actions = {sentences}, reason = nil | string,
+--       hosts = { {host = name, actions = {action}, reason = nil | string,
 --                  error = nil | string, probes, writes} }   -- config order
 --   } },
+--   where action = the public part of an action record (cargoship.action.public: kind, say,
+--   and path, mode, owner, group, sha256, size, verb, service, name, cmd where they apply;
+--   never a file's content, stdin or a secret command) plus
+--       outcome = nil (a dry run: planned, not run) | "done" | "skipped" (already in place)
+--               | "failed" | "not_run" (after an earlier failure on that host),
+--       error = nil | string (with "failed")
+--   A dry run and a real run share this shape: a real run's actions are those it assessed on
+--   the live hosts just before it executed them, each with its outcome.
 --   cleanup = { {index, id, title, ok, error} },   -- in the order cleanup ran
 --   plan = nil | the dry-run report a real run showed before it began
 -- }
 -- docs/dry-run.md documents the JSON form; change both together.
+local action = require "cargoship.action"
 local json = require "cargoship.json"
 
 local M = {}
 
-M.SCHEMA = "cargoship.report/v1"
+M.SCHEMA = "cargoship.report/v2"
 
 local function plural(n, word)
   return string.format("%d %s%s", n, word, n == 1 and "" or "s")
@@ -91,6 +100,24 @@ end
 
 local PENDING = { would_act = true, unassessed = true }
 
+-- A host entry's action records -> their public part with outcome and error (in place,
+-- once, when the report is settled).
+function M.public_actions(h)
+  local out = {}
+  for i, a in ipairs(h.actions or {}) do
+    if type(a) == "table" then
+      local p = action.public(a)
+      local o = h.outcomes and h.outcomes[i]
+      p.outcome, p.error = o and o.status, o and o.error
+      out[i] = p
+    else
+      out[i] = a
+    end
+  end
+  h.actions, h.outcomes = out, nil
+  return h
+end
+
 -- Settles outcome, ok, pending and error, and drops the runner's bookkeeping.
 -- info = {completed = bool (every phase ended), timed_out = nil | message}
 function M.finalize(report, info)
@@ -101,6 +128,7 @@ function M.finalize(report, info)
     for _, h in ipairs(p.hosts) do
       h._pos, h._host = nil, nil
       if h.reason then pending = true end
+      M.public_actions(h)
     end
     if p.verdict == "failed" and not failed then failed = p end
     if p.verdict == "interrupted" then interrupted = true end
@@ -158,15 +186,29 @@ local function verdict_words(p, dry_run)
   return M.summary(p, false)
 end
 
-local function same_lines(a, b)
-  if a.error or b.error or a.reason ~= b.reason or #a.actions ~= #b.actions then return false end
-  for i, x in ipairs(a.actions) do
-    if b.actions[i] ~= x then return false end
-  end
-  return true
+local OUTCOME_WORDS = { done = "done", skipped = "already in place", not_run = "not run" }
+
+-- One action as people read it: its sentence, and in a real run what became of it.
+local function action_line(a)
+  if type(a) ~= "table" then return tostring(a) end
+  if a.outcome == nil then return a.say end
+  if a.outcome == "failed" then return a.say .. ": FAILED" .. (a.error and (": " .. a.error) or "") end
+  return a.say .. ": " .. (OUTCOME_WORDS[a.outcome] or a.outcome)
+end
+M.action_line = action_line
+
+local function lines_key(h)
+  local parts = {}
+  for i, a in ipairs(h.actions) do parts[i] = action_line(a) end
+  return table.concat(parts, "\0")
 end
 
--- Every host saying the same ("would run on this host" on 500 hosts) is said once.
+local function same_lines(a, b)
+  if a.error or b.error or a.reason ~= b.reason or #a.actions ~= #b.actions then return false end
+  return lines_key(a) == lines_key(b)
+end
+
+-- Every host saying the same ("take the lock at ..." on 500 hosts) is said once.
 local function all_alike(p)
   local first = p.hosts[1]
   if #p.hosts < 2 or not (has_actions(first) or first.reason) then return false end
@@ -188,7 +230,7 @@ local function groups_of(p)
   local groups, by_key = {}, {}
   for _, h in ipairs(p.hosts) do
     if not h.error and (has_actions(h) or h.reason) then
-      local key = (h.reason or "") .. "\0" .. table.concat(h.actions, "\0")
+      local key = (h.reason or "") .. "\0" .. lines_key(h)
       local g = by_key[key]
       if not g then
         g = { first = h, names = {} }
@@ -208,7 +250,7 @@ end
 local function host_lines(out, p)
   if all_alike(p) then
     local label = "all " .. #p.hosts .. " hosts"
-    for _, a in ipairs(p.hosts[1].actions) do out[#out + 1] = "       " .. label .. "  " .. a end
+    for _, a in ipairs(p.hosts[1].actions) do out[#out + 1] = "       " .. label .. "  " .. action_line(a) end
     if p.hosts[1].reason then out[#out + 1] = "       " .. label .. "  unassessed: " .. p.hosts[1].reason end
     return
   end
@@ -227,7 +269,7 @@ local function host_lines(out, p)
     local said = in_group[h.host] and not g
     if not said then
       for _, a in ipairs(h.actions) do
-        out[#out + 1] = "       " .. name .. "  " .. a
+        out[#out + 1] = "       " .. name .. "  " .. action_line(a)
         said = true
       end
       if h.reason then
@@ -315,10 +357,26 @@ local function strings(list)
   return out
 end
 
+-- An action in the JSON: every public field it has, kind, say, outcome and error always.
+local function json_actions(list)
+  local out = json.array({})
+  for i, a in ipairs(list or {}) do
+    local o = {}
+    if type(a) == "table" then
+      for k, v in pairs(a) do o[k] = v end
+    else
+      o.kind, o.say = "note", tostring(a)
+    end
+    o.outcome, o.error = or_null(o.outcome), or_null(o.error)
+    out[i] = o
+  end
+  return out
+end
+
 local function json_phase(p)
   local hosts = json.array({})
   for i, h in ipairs(p.hosts) do
-    hosts[i] = { host = h.host, actions = strings(h.actions), reason = or_null(h.reason),
+    hosts[i] = { host = h.host, actions = json_actions(h.actions), reason = or_null(h.reason),
       error = or_null(h.error), probes = h.probes or 0, writes = h.writes or 0 }
   end
   return { index = p.index, number = p.number, id = p.id, title = p.title,

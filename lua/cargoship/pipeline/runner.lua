@@ -1,7 +1,11 @@
 -- cargoship.pipeline.runner: walks a pipeline's phases over the hosts, for real or as a dry run, and reports.
 --
--- Real run, per phase: prepare, assess every prepared host (concurrently), run on the hosts
--- with work; a phase without assess always runs on every prepared host. A host failing
+-- Real run, per phase: prepare, assess every prepared host (concurrently): the action
+-- records it returns are the plan of that host, made on the live host once earlier phases
+-- (the lock among them) are done. Then the records are executed, exactly those: by the
+-- runner through host:apply, hosts concurrently, for a phase without run; by the phase's
+-- run (ctx:apply) for one that orders hosts itself. A read-only phase without assess runs
+-- on every prepared host. Each record's outcome lands beside it in the report. A host failing
 -- fails the phase: the phases whose run started are cleaned up in reverse order, the rest
 -- are skipped. Dry run (spec/apply-phases.txt): "read_only" phases run as above with writes
 -- refused by the hosts; a phase with its own dry-run path runs that; every other phase is
@@ -13,14 +17,12 @@
 -- cancelled task cannot wait, a destructor can, and cleanup (releasing locks) must reach
 -- the hosts however the run ends. This file is the only one of the pipeline that touches
 -- the loop.
+local action = require "cargoship.action"
 local loop = require "cargoship.loop"
 local contract = require "cargoship.pipeline.contract"
 local report_mod = require "cargoship.pipeline.report"
 
 local M = {}
-
--- The action a reported phase without assess gets on every host it prepared.
-M.WOULD_RUN = "would run on this host"
 
 -- ---- loading a pipeline -----------------------------------------------------------------
 
@@ -29,28 +31,42 @@ local function module_exists(name)
     or package.searchpath(name, package.path) ~= nil
 end
 
+-- M.numbers(pipeline) -> the spec number of each of its phases, in order.
+function M.numbers(pipeline)
+  local out = {}
+  for i, entry in ipairs(pipeline.phases) do
+    if type(entry) ~= "table" or math.type(entry[1]) ~= "integer" or entry[2] == nil then
+      error(string.format("pipeline %s: entry %d must be {number, module}", tostring(pipeline.name), i), 2)
+    end
+    out[i] = entry[1]
+  end
+  return out
+end
+
 -- M.load(pipeline) -> phases | nil, message, {missing = {...}} | {problems = {...}}
--- pipeline: a pipeline module (pipelines/apply.lua) or its name. Modules missing from the
--- build are listed together (not a Lua "module not found" for the first); a module that
--- exists and fails to load raises, since that is a bug.
+-- pipeline: a pipeline module (pipelines/apply.lua: phases = {{number, module name}, ...})
+-- or its name. Modules missing from the build are listed together (not a Lua "module not
+-- found" for the first); a module that exists and fails to load raises, since that is a bug.
 function M.load(pipeline)
   if type(pipeline) == "string" then pipeline = require(pipeline) end
   local name = pipeline.name or "this"
-  local missing = {}
-  for _, mod in ipairs(pipeline.phases) do
-    if not module_exists(mod) then missing[#missing + 1] = mod end
+  M.numbers(pipeline)
+  local missing, modules = {}, {}
+  for i, entry in ipairs(pipeline.phases) do
+    modules[i] = entry[2]
+    if not module_exists(entry[2]) then missing[#missing + 1] = entry[2] end
   end
   if #missing > 0 then
     return nil, string.format("the %s pipeline needs phase modules this build does not have yet: %s",
       name, table.concat(missing, ", ")), { missing = missing }
   end
   local phases = {}
-  for i, mod in ipairs(pipeline.phases) do phases[i] = require(mod) end
+  for i, mod in ipairs(modules) do phases[i] = require(mod) end
   local ok, problems = contract.check_all(phases)
   if not ok then
     for i, p in ipairs(problems) do
       local n = tonumber(p:match("^phase (%d+)"))
-      if n then problems[i] = pipeline.phases[n] .. ": " .. p end
+      if n then problems[i] = modules[n] .. ": " .. p end
     end
     return nil, string.format("the %s pipeline has phases that break the phase contract:\n  %s", name,
       table.concat(problems, "\n  ")), { problems = problems }
@@ -71,17 +87,26 @@ local function strip_host(name, msg)
   return msg
 end
 
--- Actions as the report keeps them: a list of sentences. nil or {} means nothing to do.
+-- Actions as the runner keeps them: action records. A sentence (the old contract, a string
+-- or {action = "sentence"}) becomes a record of kind "note". nil or {} means nothing to do.
 local function normalize_actions(list)
   if list == nil then return {} end
   if type(list) ~= "table" then
-    error("assess must return a list of actions or nothing, not a " .. type(list), 0)
+    error("assess must return a list of action records or nothing, not a " .. type(list), 0)
   end
   local out = {}
   for i, a in ipairs(list) do
-    if type(a) == "string" then out[#out + 1] = a
-    elseif type(a) == "table" and type(a.action) == "string" then out[#out + 1] = a.action
-    else error(string.format("action %d must be a string or {action = \"sentence\"}", i), 0) end
+    if type(a) == "string" then out[#out + 1] = action.note { say = a }
+    elseif type(a) == "table" and a.kind == nil and type(a.action) == "string" then
+      out[#out + 1] = action.note { say = a.action }
+    elseif type(a) == "table" and action.KINDS[a.kind] then
+      local ok, err = pcall(action.check, a)
+      if not ok then error(string.format("action %d: %s", i, tostring(err)), 0) end
+      out[#out + 1] = a
+    else
+      error(string.format("action %d must be a record made by cargoship.action (or a sentence), not %s", i,
+        type(a) == "table" and ("a table of kind " .. tostring(a.kind)) or ("a " .. type(a))), 0)
+    end
   end
   return out
 end
@@ -168,12 +193,67 @@ function Run:assess(phase, entry, hosts)
   return work
 end
 
+-- Each assessed record's outcome, for the report: what ctx:apply recorded; a note (a
+-- sentence of the old contract, done by the phase's own run) follows its host; a record the
+-- run never executed is "not_run".
+function Run:collect_outcomes(entry, work)
+  local ctx = self.ctx
+  for _, h in ipairs(work) do
+    local e = self:entry_for(entry, h)
+    local by = ctx._outcomes[h] or {}
+    local failed = e.error ~= nil or (ctx._lost[h] ~= nil)
+    for _, f in ipairs(ctx._failures or {}) do
+      if f.host == h then failed = true end
+    end
+    e.outcomes = {}
+    for i, a in ipairs(e.actions) do
+      local o = by[a]
+      if not o and a.kind == "note" then o = { status = failed and "failed" or "done" } end
+      e.outcomes[i] = o or { status = "not_run" }
+    end
+  end
+end
+
+local function plan_has(plan, name)
+  for _, h in ipairs(plan.hosts) do
+    if h.host == name then return true end
+  end
+  return false
+end
+
+-- A real run's fresh assessment against the plan the operator was shown: where the hosts
+-- moved in between, the run does what it found now, and says so in the log.
+function Run:note_drift(entry, hosts)
+  local plan = self.plan and self.plan.phases and self.plan.phases[entry.index]
+  if not plan or plan.id ~= entry.id or not self.ctx.log then return end
+  local shown = {}
+  for _, h in ipairs(plan.hosts) do
+    local says = {}
+    for i, a in ipairs(h.actions or {}) do says[i] = type(a) == "table" and a.say or tostring(a) end
+    -- a host the plan could not assess has nothing to have moved from
+    shown[h.host] = not h.reason and table.concat(says, "; ") or nil
+  end
+  for _, h in ipairs(hosts) do
+    local e = entry.by_host[h]
+    local says = {}
+    for i, a in ipairs(e and e.actions or {}) do says[i] = a.say end
+    local now = table.concat(says, "; ")
+    local before = shown[h.name]
+    if before == nil and not plan_has(plan, h.name) then before = "" end
+    if before ~= nil and before ~= now and not (e and e.error) then
+      self.ctx.log:warn("%s: %s moved since the plan: planned [%s], assessed now [%s]; doing what was assessed now",
+        entry.title, h.name, before, now)
+    end
+  end
+end
+
 -- The phase does its work (real run, or read_only in a dry run).
 function Run:run_phase(phase, entry, hosts)
   local ctx = self.ctx
   local work = hosts
   if phase.assess then
     work = self:assess(phase, entry, hosts)
+    if not ctx.dry_run then self:note_drift(entry, hosts) end
     if entry.failed then return end
     if #work == 0 then
       entry.verdict = "nothing_to_do"
@@ -181,8 +261,17 @@ function Run:run_phase(phase, entry, hosts)
     end
   end
   self.started[#self.started + 1] = { phase = phase, entry = entry }
-  local r, err = phase.run(ctx, work)
+  ctx._planned, ctx._outcomes, ctx._steps = {}, {}, phase.steps
+  for _, h in ipairs(work) do ctx._planned[h] = self:entry_for(entry, h).actions end
+  local r, err
+  if phase.run then
+    r, err = phase.run(ctx, work)
+  else
+    local ok, failures = ctx:each(work, function(h) return ctx:apply(h) end)
+    if not ok then r, err = nil, failures end
+  end
   if r == nil and err ~= nil then self:phase_failure(entry, err) end
+  if phase.assess and not ctx.dry_run then self:collect_outcomes(entry, work) end
   -- a phase may sum up what it found ("all 5 nodes are in the config") for the report
   if type(r) == "table" and type(r.summary) == "string" then entry.summary = r.summary end
   entry.verdict = "ran"
@@ -212,16 +301,8 @@ function Run:own_dry_run(phase, entry, hosts)
 end
 
 function Run:report_only(phase, entry, hosts)
-  local work = {}
-  if phase.assess then
-    work = self:assess(phase, entry, hosts)
-    if entry.failed then return end
-  else
-    for _, h in ipairs(hosts) do
-      self:entry_for(entry, h).actions = { M.WOULD_RUN }
-      work[#work + 1] = h
-    end
-  end
+  local work = self:assess(phase, entry, hosts)
+  if entry.failed then return end
   if #work > 0 then entry.verdict = "would_act"
   elseif next(entry.unassessed) then entry.verdict = "unassessed"
   else entry.verdict = "nothing_to_do" end
@@ -324,17 +405,17 @@ function Run:phase(i, phase)
     if ctx.log and trace then ctx.log:debug("%s", trace) end
     self:phase_failure(entry, err)
   end
-  -- a host whose lock was lost or stolen (between phases too) stops the run there
+  -- a host lost for the run (ctx:host_lost: its lock was lost or stolen, between phases
+  -- too) fails every phase from then on, so the run stops there
   local failing = {}
   for _, f in ipairs(ctx._failures) do failing[f.host] = true end
   for _, h in ipairs(ctx.hosts or {}) do
-    if h.lock_lost and not failing[h] and not ctx.dry_run then
-      ctx._failures[#ctx._failures + 1] = { host = h, err = type(h.lock_lost) == "string" and h.lock_lost
-        or (h.name .. ": lost its host lock") }
+    if ctx._lost[h] and not failing[h] then
+      ctx._failures[#ctx._failures + 1] = { host = h, err = ctx._lost[h] }
     end
   end
   for _, f in ipairs(ctx._failures) do self:host_failure(entry, f.host, f.err) end
-  ctx._failures = nil
+  ctx._failures, ctx._planned, ctx._outcomes, ctx._steps = nil, nil, nil, nil
   self:account(entry, before)
   entry.elapsed = loop.now() - t0
   if cancelled then
@@ -382,9 +463,9 @@ end
 -- ---- the run ----------------------------------------------------------------------------------
 
 local function new_report(ctx, phases, pipeline)
-  local numbers = pipeline and pipeline.numbers
+  local numbers = pipeline and pipeline.phases and M.numbers(pipeline)
   if numbers and #numbers ~= #phases then
-    error(string.format("pipeline %s: %d phases but %d numbers", tostring(pipeline.name), #phases, #numbers), 2)
+    error(string.format("pipeline %s: %d phases but %d entries", tostring(pipeline.name), #phases, #numbers), 2)
   end
   local names = {}
   for i, h in ipairs(ctx.hosts) do names[i] = h.name end
@@ -412,10 +493,12 @@ local NO_PROGRESS = { start = function() end, hosts = function() end, finish = f
 
 -- M.run(ctx, phases, opts) -> report (see report.lua for its shape)
 -- opts (all optional):
---   pipeline   the pipeline module: name, numbers (spec numbers of its phases), not_in_build
+--   pipeline   the pipeline module: name, phases ({number, module} per phase), not_in_build
 --   progress   a cargoship.pipeline.progress object
 --   deadline   loop.now() time after which the run gives up (--timeout); a failure
 --   on_late_report(report)  see below
+--   plan       the dry-run report shown before a real run: where a phase assesses otherwise
+--              now, the run logs the difference (and does what it assessed now)
 -- Refuses (raises) phases that break the contract, before anything runs. When the calling
 -- task is cancelled (Ctrl-C), run returns at once with report.final = false: the phases'
 -- cleanup goes on in destructors, and on_late_report gets the finished report after it.
@@ -428,7 +511,7 @@ function M.run(ctx, phases, opts)
   local report = new_report(ctx, phases, opts.pipeline)
   local run = setmetatable({
     ctx = ctx, phases = phases, report = report, position = position,
-    progress = opts.progress or NO_PROGRESS, started = {}, pending = {},
+    progress = opts.progress or NO_PROGRESS, started = {}, pending = {}, plan = opts.plan,
     completed = false,
   }, Run)
   local t0 = loop.now()

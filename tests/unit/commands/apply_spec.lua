@@ -14,7 +14,7 @@ local ERRORS = {
 local NOT_AVAILABLE = "cargoship: apply is not available in this build yet: the apply pipeline needs "
   .. "phase modules this build does not have yet: cargoship.phases.not_written_yet; nothing was done.\n"
 -- A pipeline whose phase module is missing, whichever phases the build has by now.
-local MISSING = { name = "apply", phases = { "cargoship.phases.not_written_yet" } }
+local MISSING = { name = "apply", phases = { { 1, "cargoship.phases.not_written_yet" } } }
 
 local function parsed(argv)
   local r, pos = args.parse(argv, apply.options)

@@ -257,7 +257,7 @@ describe("decrypted values stay secret", function()
     local args = require "cargoship.cli.args"
     local saved = apply.pipeline
     -- a pipeline this build cannot load stops apply right after the cluster is loaded
-    apply.pipeline = { name = "test", phases = { "unit.no_such_phase" } }
+    apply.pipeline = { name = "test", phases = { { 1, "unit.no_such_phase" } } }
     local redacted = {}
     local ctx = {
       log = { redact = function(_, v) if v then redacted[v] = true end end,

@@ -49,9 +49,9 @@ describe("phase distro_facts", function()
     assert.equal("same", cp2.facts.engine.action)
     assert.equal("upgrade", w1.facts.engine.action)
     assert.equal("rke2-agent", w1.facts.engine.service)
-    assert.equal(cp2, ctx.state.leader) -- first controller whose controller service runs
-    assert.is_true(ctx.state.engine_running)
-    assert.equal("rke2", ctx.state.engine_type)
+    assert.equal(cp2, ctx.leader) -- first controller whose controller service runs
+    assert.is_true(ctx.engine_running)
+    assert.equal("rke2", ctx.engine_type)
   end)
 
   it("without a running controller the leader is the first controller", function()
@@ -59,8 +59,8 @@ describe("phase distro_facts", function()
     local cp1, cp2 = host("cp1", "controller"), host("cp2", "controller")
     local ctx = support.ctx({ w1, cp1, cp2 }, { distro = RKE2 })
     assert.is_true(phase.run(ctx, ctx.hosts))
-    assert.equal(cp1, ctx.state.leader)
-    assert.is_false(ctx.state.engine_running) -- a worker's agent is no cluster to check
+    assert.equal(cp1, ctx.leader)
+    assert.is_false(ctx.engine_running) -- a worker's agent is no cluster to check
   end)
 
   it("refuses a downgrade, naming host, installed and package versions", function()
@@ -72,7 +72,7 @@ describe("phase distro_facts", function()
     assert.same({ "cp1: will not downgrade rke2: installed v1.35.4+rke2r1 is newer than the package's 1.34.9-rke2r2",
                   "w1: will not downgrade rke2: installed v1.35.4+rke2r1 is newer than the package's 1.34.9-rke2r2" },
       { failures[1].err, failures[2].err })
-    assert.equal(cp1, ctx.state.leader) -- still chosen: later reporting needs it
+    assert.equal(cp1, ctx.leader) -- still chosen: later reporting needs it
   end)
 
   it("allows a downgrade only when told to, with a warning", function()
@@ -115,7 +115,7 @@ describe("phase distro_facts", function()
     assert.same({ type = "k3s", version = "v1.35.2+k3s1", running = true, service = "k3s-server" }, cp1.facts.engine)
     assert.same({ running = false }, w1.facts.engine)
     assert.same({ k3s = { version = "v1.35.2+k3s1", running = true } }, cp1.facts.engines)
-    assert.equal("k3s", ctx.state.engine_type)
+    assert.equal("k3s", ctx.engine_type)
     assert.matches("no distro package given: install/upgrade not judged", log(), 1, true)
   end)
 end)

@@ -3,6 +3,7 @@ local loop = require "cargoship.loop"
 local pool = require "cargoship.pool"
 local util = require "cargoship.util"
 local host_mod = require "cargoship.host"
+local context = require "cargoship.pipeline.context"
 local acquire = require "cargoship.phases.acquire_lock"
 local release = require "cargoship.phases.release_lock"
 local disconnect = require "cargoship.phases.disconnect"
@@ -69,15 +70,20 @@ local function hosts_for(base, n, dry_run)
   return hosts
 end
 
--- The context as the runner hands it over (the parts these phases use).
+-- The context as the runner hands it over, with every ctx:host_lost recorded in ctx.lost.
 local function new_ctx(hosts, o)
   o = o or {}
   local log = recorder()
-  local ctx = {
+  local ctx = context.new {
     hosts = hosts, options = { cluster_file = "lab.yaml" }, dry_run = o.dry_run or false,
-    log = log, state = {}, run_id = "20261130T090000Z-4242", failed = {},
+    log = log, run_id = "20261130T090000Z-4242",
     env = function(k) return (o.env or {})[k] end,
   }
+  ctx.lost = {}
+  function ctx.host_lost(self, host, msg)
+    self.lost[#self.lost + 1] = { host = host, err = msg }
+    return context.Context.host_lost(self, host, msg)
+  end
   function ctx.each(_, list, fn)
     local failures, values = {}, {}
     for i, r in ipairs(pool.map(list, 10, fn)) do
@@ -87,11 +93,22 @@ local function new_ctx(hosts, o)
     if #failures > 0 then return nil, failures, values end
     return true, values
   end
-  function ctx.fail(self, host, msg)
-    self.failed[#self.failed + 1] = { host = host, err = msg }
-    return nil, msg
-  end
   return ctx
+end
+
+-- What the runner does with a phase on hosts: assess each (the plan), then execute those
+-- records, by the phase's run or through host:apply.
+local function execute(ctx, phase, hosts)
+  ctx._planned, ctx._outcomes, ctx._steps = {}, {}, phase.steps
+  for _, h in ipairs(hosts) do ctx._planned[h] = phase.assess(ctx, h) end
+  if phase.run then return phase.run(ctx, hosts) end
+  return ctx:each(hosts, function(h) return ctx:apply(h) end)
+end
+
+local function says(list)
+  local out = {}
+  for i, a in ipairs(list) do out[i] = a.say end
+  return out
 end
 
 local function run(fn)
@@ -129,7 +146,7 @@ describe("lock phases", function()
     assert.are.equal("release_lock", release.id)
     assert.are.equal("Release exclusive host lock", release.title)
     assert.is_nil(release.dry_run)
-    assert.are.same({ "lock" }, release.reads)
+    assert.are.same({}, release.reads, "assessed in a plan too: the path is known before the lock is taken")
     assert.are.equal("disconnect", disconnect.id)
     assert.are.equal("Disconnect from hosts", disconnect.title)
     assert.is_function(disconnect.dry_run, "an own dry-run path")
@@ -150,41 +167,45 @@ describe("lock phases", function()
       assert.are.equal(2, #list)
       return acquire.assess(ctx, list[1]), acquire.assess(ctx, list[2])
     end)
-    assert.are.same({ "take the lock at " .. lockpath(hosts[1]) }, a1)
-    assert.matches("^take the lock at .* %(currently held by dev@laptop %(pid 77", a2[1])
-    assert.matches("last heartbeat 1%d s ago%)$", a2[1])
+    assert.are.same({ kind = "step", name = "take_lock", say = "take the lock at " .. lockpath(hosts[1]) }, a1[1])
+    assert.matches("^take the lock at .* %(currently held by dev@laptop %(pid 77", a2[1].say)
+    assert.matches("last heartbeat 1%d s ago%)$", a2[1].say)
     for _, h in ipairs(hosts) do
       assert.are.equal(0, h.writes_sent)
       assert.are.same({}, h.refused)
     end
     assert.is_false(exists(lockpath(hosts[1])))
     local r = run(function() return release.assess(ctx, hosts[1]) end)
-    assert.are.same({ "release the lock at /run/lock/cargoship.lock" }, r)
+    -- the path the lock would be taken at, as the real run's release names it
+    assert.are.same({ "release the lock at " .. lockpath(hosts[1]) }, says(r))
   end)
 
   it("says a stale holder would be taken over", function()
     local hosts = hosts_for(base, 1, true)
     hold(hosts[1], 300)
     local a = run(function() return acquire.assess(new_ctx(hosts, { dry_run = true }), hosts[1]) end)
-    assert.matches("stale, so it would be taken over", a[1], 1, true)
+    assert.matches("stale, so it would be taken over", a[1].say, 1, true)
   end)
 
   it("cannot take a lock in a dry run even if asked: the host refuses the write", function()
     local hosts = hosts_for(base, 1, true)
-    local ok, failures = run(function() return acquire.run(new_ctx(hosts, { dry_run = true }), hosts) end)
+    local ok, failures = run(function() return execute(new_ctx(hosts, { dry_run = true }), acquire, hosts) end)
     assert.is_nil(ok)
     assert.matches("dry run: refused", failures[1].err, 1, true)
     assert.is_false(exists(lockpath(hosts[1])))
   end)
 
-  it("takes every lock, keeps the handles in ctx.state.locks, and cleanup releases them", function()
+  it("takes every lock, keeps the handles in ctx.locks, and cleanup releases them", function()
     local hosts = hosts_for(base, 3)
     local ctx = new_ctx(hosts)
+    local handles = {}
     run(function()
-      assert.is_true(acquire.run(ctx, acquire.prepare(ctx)))
+      assert.is_true(execute(ctx, acquire, acquire.prepare(ctx)))
       for _, h in ipairs(hosts) do
         assert.is_true(exists(lockpath(h)))
-        assert.are.equal(lockpath(h), ctx.state.locks[h.name].path)
+        assert.are.equal(lockpath(h), ctx.locks[h.name].path)
+        handles[h] = ctx.locks[h.name]
+        assert.are.equal("done", ctx._outcomes[h][ctx._planned[h][1]].status)
       end
       local f = assert(io.open(lockpath(hosts[1]) .. "/holder"))
       local text = f:read("a")
@@ -194,7 +215,7 @@ describe("lock phases", function()
       acquire.cleanup(ctx)
       for _, h in ipairs(hosts) do
         assert.is_false(exists(lockpath(h)))
-        assert.is_true(ctx.state.locks[h.name].released)
+        assert.is_true(handles[h].released)
       end
       acquire.cleanup(ctx)
     end)
@@ -204,11 +225,11 @@ describe("lock phases", function()
     local hosts = hosts_for(base, 3)
     hold(hosts[1])
     local ctx = new_ctx(hosts)
-    local ok, failures = run(function() return acquire.run(ctx, hosts) end)
+    local ok, failures = run(function() return execute(ctx, acquire, hosts) end)
     assert.is_nil(ok)
     assert.are.equal(1, #failures)
     assert.matches("h1: another cargoship holds the lock .* dev@laptop", failures[1].err)
-    assert.are.same({ failures[1].err }, ctx.state.lock_conflicts)
+    assert.are.same({ failures[1].err }, ctx.lock_conflicts)
     assert.is_false(exists(lockpath(hosts[2])))
     assert.is_false(exists(lockpath(hosts[3])))
   end)
@@ -218,7 +239,7 @@ describe("lock phases", function()
     hold(hosts[3])
     local ctx = new_ctx(hosts)
     run(function()
-      local ok, failures = acquire.run(ctx, hosts)
+      local ok, failures = execute(ctx, acquire, hosts)
       assert.is_nil(ok)
       assert.are.equal(hosts[3], failures[1].host)
       assert.is_true(exists(lockpath(hosts[1])))
@@ -229,32 +250,31 @@ describe("lock phases", function()
     assert.is_true(exists(lockpath(hosts[3])), "the other run's lock stays")
   end)
 
-  it("fails the host through ctx:fail when its lock is stolen mid-run", function()
+  it("reports the host lost through ctx:host_lost when its lock is stolen mid-run", function()
     local hosts = hosts_for(base, 1)
     local ctx = new_ctx(hosts, { env = { CARGOSHIP_LOCK_INTERVAL = "0.1", CARGOSHIP_LOCK_STALE_AFTER = "2" } })
     run(function()
-      assert.is_true(acquire.run(ctx, hosts))
+      assert.is_true(execute(ctx, acquire, hosts))
       os.execute("rm -rf " .. util.quote(lockpath(hosts[1])))
       hold(hosts[1])
       loop.sleep(0.3)
     end)
-    assert.are.equal(1, #ctx.failed)
-    assert.are.equal(hosts[1], ctx.failed[1].host)
-    assert.matches("taken over by dev@laptop", ctx.failed[1].err, 1, true)
-    assert.are.equal(ctx.failed[1].err, hosts[1].lock_lost)
+    assert.are.equal(1, #ctx.lost)
+    assert.are.equal(hosts[1], ctx.lost[1].host)
+    assert.matches("taken over by dev@laptop", ctx.lost[1].err, 1, true)
   end)
 
   it("releases in phase 30, and fails a host whose lock is no longer this run's", function()
     local hosts = hosts_for(base, 2)
     local ctx = new_ctx(hosts)
     run(function()
-      assert.is_true(acquire.run(ctx, hosts))
+      assert.is_true(execute(ctx, acquire, hosts))
       assert.are.equal(2, #release.prepare(ctx))
-      assert.are.same({ "release the lock at " .. lockpath(hosts[1]) }, release.assess(ctx, hosts[1]))
+      assert.are.same({ "release the lock at " .. lockpath(hosts[1]) }, says(release.assess(ctx, hosts[1])))
       -- h2's lock was broken and taken by another run meanwhile
       os.execute("rm -rf " .. util.quote(lockpath(hosts[2])))
       hold(hosts[2])
-      local ok, failures = release.run(ctx, release.prepare(ctx))
+      local ok, failures = execute(ctx, release, release.prepare(ctx))
       assert.is_nil(ok)
       assert.are.equal(1, #failures)
       assert.are.equal(hosts[2], failures[1].host)
@@ -270,10 +290,13 @@ describe("lock phases", function()
     local hosts = hosts_for(base, 2, true)
     hosts[1].conn.temps = { "/etc/.x.cargoship-r.tmp" }
     local report = disconnect.dry_run(new_ctx(hosts, { dry_run = true }), disconnect.prepare(new_ctx(hosts)))
-    assert.are.same({
-      { host = hosts[1], actions = { "remove the temp files this run left: /etc/.x.cargoship-r.tmp", "disconnect" } },
-      { host = hosts[2], actions = { "disconnect" } },
-    }, report)
+    assert.are.equal(2, #report)
+    for i, r in ipairs(report) do
+      assert.are.equal(hosts[i], r.host)
+      -- the same sentence as the real run's: plan and run compare action by action
+      assert.are.same({ { kind = "step", name = "disconnect", say = disconnect.SAY } }, r.actions)
+      assert.are.same(r.actions, disconnect.assess(nil, hosts[i]))
+    end
     for _, h in ipairs(hosts) do
       assert.are.equal(0, h.conn.execs)
       assert.are.equal(0, h.conn.removed)
@@ -281,16 +304,16 @@ describe("lock phases", function()
     end
   end)
 
-  it("removes the run's temp files and closes every connection", function()
+  it("removes the run's temp files and closes every connection, as the plan's step says", function()
     local hosts = hosts_for(base, 2)
+    local conns = { hosts[1].conn, hosts[2].conn }
     local ctx = new_ctx(hosts)
-    local closed = 0
-    ctx.transport = { close_all = function() closed = closed + 1 end }
-    run(function() assert.is_true(disconnect.run(ctx, disconnect.prepare(ctx))) end)
-    assert.are.equal(1, closed)
-    for _, h in ipairs(hosts) do assert.are.equal(1, h.conn.removed) end
-    ctx.transport = nil
-    run(function() assert.is_true(disconnect.run(ctx, hosts)) end)
-    for _, h in ipairs(hosts) do assert.is_true(h.conn.closed) end
+    run(function() assert.is_true(execute(ctx, disconnect, disconnect.prepare(ctx))) end)
+    for i, h in ipairs(hosts) do
+      assert.are.equal(1, conns[i].removed)
+      assert.is_true(conns[i].closed)
+      assert.is_false(h:connected())
+    end
+    assert.are.same({}, disconnect.prepare(ctx))
   end)
 end)

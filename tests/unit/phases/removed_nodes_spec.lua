@@ -40,7 +40,7 @@ end
 
 local function ctx_for(hosts, options)
   return support.ctx(hosts, { options = options,
-    state = { engine_running = true, leader = hosts[1], engine_type = "rke2" } })
+    fields = { engine_running = true, leader = hosts[1], engine_type = "rke2" } })
 end
 
 describe("phase removed_nodes", function()
@@ -89,7 +89,7 @@ describe("phase removed_nodes", function()
     local r = phase.run(ctx, phase.prepare(ctx))
     assert.same({ summary = "2 unmanaged node(s), allowed" }, r)
     assert.matches("warning: the cluster has 2 nodes", log(), 1, true)
-    assert.equal(6, #ctx.state.nodes)
+    assert.equal(6, #ctx.nodes)
   end)
 
   it("passes when every node is managed", function()
@@ -114,7 +114,7 @@ describe("phase removed_nodes", function()
 
   it("has nothing to check when no controller service runs, and says so", function()
     local hosts = cluster({})
-    local ctx, log = support.ctx(hosts, { state = { engine_running = false, leader = hosts[1] } })
+    local ctx, log = support.ctx(hosts, { fields = { engine_running = false, leader = hosts[1] } })
     local work = phase.prepare(ctx)
     assert.same({}, work)
     assert.same({ summary = "no controller service is running: no cluster to compare, nothing to check" },

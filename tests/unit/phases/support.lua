@@ -5,6 +5,7 @@
 -- command through answers[1] (a function(cmd, opts) -> out, err, code). Unknown probe keys
 -- answer exit 127 with no output, as a missing tool would. Every command is recorded.
 -- The hosts are dry-run hosts, so a phase that tries to write raises.
+local context = require "cargoship.pipeline.context"
 local host_mod = require "cargoship.host"
 local log_mod = require "cargoship.log"
 
@@ -85,16 +86,23 @@ function M.host(cfg, answers, conn_opts, log)
   return h
 end
 
--- A context with the runner's fields and a sequential each with its contract.
+-- A real context (cargoship.pipeline.context) with a sequential each of the same contract,
+-- so failures come back in host order. o.fields are set on it (leader, engine_running, ...);
+-- o.transport is the run's, given to every host as the command would.
 function M.ctx(hosts, o)
   o = o or {}
   local log, text = M.logger()
-  for _, h in ipairs(hosts) do h.log = log:for_host(h.name) end
-  local ctx = {
+  for _, h in ipairs(hosts) do
+    h.log = log:for_host(h.name)
+    if o.transport then h.transport = o.transport end
+  end
+  local ctx = context.new {
     cluster = o.cluster or { hosts = {}, profiles = {} },
-    hosts = hosts, options = o.options or {}, dry_run = true, log = log, state = o.state or {},
-    distro = o.distro, transport = o.transport, clock = o.clock,
+    hosts = hosts, options = o.options or {}, dry_run = o.dry_run ~= false, log = log,
+    distro = o.distro, transport = o.transport, run_id = o.run_id,
   }
+  ctx.clock = o.clock
+  for k, v in pairs(o.fields or {}) do ctx[k] = v end
   function ctx.each(_, list, fn)
     local failures, values = {}, {}
     for _, h in ipairs(list) do

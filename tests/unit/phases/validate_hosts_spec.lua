@@ -137,7 +137,7 @@ describe("phase validate_hosts", function()
       "h2: clock is 120.0 s ahead of the median of the cluster's hosts (limit 30 s): sync it (chrony/NTP),"
         .. " TLS and etcd need agreeing clocks",
     }, err)
-    assert.equal(5, #ctx.state.validation)
+    assert.equal(5, #ctx.validation)
     for _, h in ipairs(hosts) do assert.equal(0, h.writes_sent) end
   end)
 end)

@@ -26,12 +26,13 @@ local function fake_pipeline(seen, o)
         end)
       end },
     lock = { id = "acquire_lock", title = "Acquire exclusive host lock", creates = { "lock" },
+      assess = function() return { "take the lock" } end,
       run = function(ctx, hosts)
         note("lock")
         return ctx:each(hosts, function(h)
           if o.lock_fails == h.name then
             if o.conflict then
-              ctx.state.lock_conflicts = { h.name .. ": locked by alice (apply c.yaml), 5 s ago" }
+              ctx.lock_conflicts[#ctx.lock_conflicts + 1] = h.name .. ": locked by alice (apply c.yaml), 5 s ago"
             end
             return nil, h.name .. ": lock: held by someone else"
           end
@@ -39,8 +40,10 @@ local function fake_pipeline(seen, o)
         end)
       end,
       cleanup = function() note("lock cleanup") end },
-    release = { id = "release_lock", title = "Release exclusive host lock", run = function() note("release") end },
+    release = { id = "release_lock", title = "Release exclusive host lock", run = function() note("release") end,
+      assess = function() return { "release the lock" } end },
     disconnect = { id = "disconnect", title = "Disconnect from hosts",
+      assess = function() return { "close the SSH session" } end,
       dry_run = function(_, hosts)
         note("dry disconnect")
         local out = {}
@@ -49,15 +52,16 @@ local function fake_pipeline(seen, o)
       end,
       run = function() note("disconnect") end },
   }
-  local names = {}
+  local entries = {}
+  local numbers = { connect = 1, gather = 3, lock = 7, release = 30, disconnect = 31 }
   for _, key in ipairs({ "connect", "gather", "lock", "release", "disconnect" }) do
     if not (o.only_reads and (key == "lock" or key == "release")) then
       local mod = "fake.apply." .. key
       package.loaded[mod] = phases[key]
-      names[#names + 1] = mod
+      entries[#entries + 1] = { numbers[key], mod }
     end
   end
-  return { name = "apply", phases = names, numbers = o.only_reads and { 1, 3, 31 } or { 1, 3, 7, 30, 31 },
+  return { name = "apply", phases = entries,
     not_in_build = { first = 8, last = 29, text = "phases 8-29 (...) are not in this build" } }
 end
 
@@ -181,6 +185,8 @@ describe("apply with a pipeline", function()
     assert.are.equal(1, code)
     assert.are.same({ "dry connect", "dry disconnect", "connect", "lock", "lock cleanup" }, seen)
     assert.matches("\n  7. Acquire exclusive host lock: FAILED on 1 of 2 hosts\n"
+      .. "       ctrl-1    take the lock: done\n"
+      .. "       worker-1  take the lock: FAILED\n"
       .. "       worker-1  error: lock: held by someone else\n", out, 1, true)
     assert.matches("\n 30. Release exclusive host lock: skipped (not reached)\n", out, 1, true)
     assert.matches("Cleanup after 7. Acquire exclusive host lock: done\n", out, 1, true)

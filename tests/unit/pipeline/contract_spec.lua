@@ -13,14 +13,18 @@ local function problems_of(phase)
 end
 
 local function good(extra)
-  local p = { id = "gather_facts", title = "Gather host facts", run = function() end }
-  for k, v in pairs(extra or {}) do p[k] = v end
+  local p = { id = "gather_facts", title = "Gather host facts", run = function() end, assess = function() end }
+  for k, v in pairs(extra or {}) do
+    if v == "nil" then p[k] = nil else p[k] = v end
+  end
   return p
 end
 
 describe("contract.check", function()
   it("accepts the three dry-run policies", function()
     assert.is_true(contract.check(good()))
+    assert.is_true(contract.check(good { run = "nil" }), "a phase with assess may leave running it to the runner")
+    assert.is_true(contract.check(good { steps = { drain = function() end } }))
     assert.is_true(contract.check(good { dry_run = "read_only", reads = { "connection" }, creates = { "facts" },
       prepare = function() end, assess = function() end, cleanup = function() end }))
     assert.is_true(contract.check(good { dry_run = function() end }))
@@ -38,7 +42,13 @@ describe("contract.check", function()
     { "dry_run true", { dry_run = true }, "or absent, not a boolean" },
     { 'dry_run "own" without its path', { dry_run = "own" }, '`dry_run` = "own" declares nothing to run' },
     { "no run", { run = false }, "`run` must be a function, not a boolean" },
-    { "run missing", { run = "nil" }, "`run` is missing (a function)" },
+    { "run missing from a read-only phase", { run = "nil", dry_run = "read_only" },
+      "`run` is missing (a function): a read-only phase does its reads in run" },
+    { "assess missing from a phase that is not read-only", { assess = "nil" }, "`assess` is missing (a function)" },
+    { "assess missing from a phase with its own dry run", { assess = "nil", dry_run = function() end },
+      "`assess` is missing (a function)" },
+    { "steps that are not a table", { steps = "drain" }, "`steps` must be a table of functions, not a string" },
+    { "a step that is not a function", { steps = { drain = true } }, "`steps`.drain must be a function" },
     { "a prepare that is not a function", { prepare = {} }, "`prepare` must be a function, not a table" },
     { "an assess that is not a function", { assess = "x" }, "`assess` must be a function, not a string" },
     { "a cleanup that is not a function", { cleanup = 1 }, "`cleanup` must be a function, not a number" },
@@ -121,25 +131,122 @@ local function guarded_ctx(writes)
     hosts = hosts, run_id = "contract-spec" }
 end
 
+-- Every pipeline module under lua/cargoship/pipelines/, found by listing the directory: a
+-- pipeline added later is checked without anyone adding it here.
+local function pipeline_modules()
+  local dir = (os.getenv("CARGOSHIP_SOURCE_DIR") or ".") .. "/lua/cargoship/pipelines"
+  local p = assert(io.popen("ls -1 " .. require("cargoship.util").quote(dir)))
+  local out = {}
+  for f in p:lines() do
+    local name = f:match("^([%w_]+)%.lua$")
+    if name then out[#out + 1] = "cargoship.pipelines." .. name end
+  end
+  p:close()
+  table.sort(out)
+  return out
+end
+
+describe("every pipeline", function()
+  local modules = pipeline_modules()
+
+  it("is found by listing the directory (apply among them)", function()
+    local found = false
+    for _, m in ipairs(modules) do if m == "cargoship.pipelines.apply" then found = true end end
+    assert.is_true(found, "pipelines found: " .. table.concat(modules, ", "))
+  end)
+
+  for _, mod in ipairs(modules) do
+    describe(mod, function()
+      local pipeline = require(mod)
+
+      it("is one ordered list of {number, module}, numbers rising", function()
+        assert.is_nil(pipeline.numbers, "no parallel numbers array: the number is in each entry")
+        local last = -math.huge
+        for i, entry in ipairs(pipeline.phases) do
+          assert.are.equal("table", type(entry), "entry " .. i)
+          assert.are.equal("integer", math.type(entry[1]), "entry " .. i .. " number")
+          assert.are.equal("string", type(entry[2]), "entry " .. i .. " module")
+          assert.is_true(entry[1] > last, "entry " .. i .. " numbered out of order")
+          last = entry[1]
+        end
+      end)
+
+      it("has every phase read only what an earlier phase creates", function()
+        local created, problems = {}, {}
+        for _, entry in ipairs(pipeline.phases) do
+          if exists(entry[2]) then
+            local phase = require(entry[2])
+            for _, r in ipairs(phase.reads or {}) do
+              if not created[r] then
+                problems[#problems + 1] = string.format("%s (%d) reads %s, which no earlier phase creates",
+                  phase.id, entry[1], r)
+              end
+            end
+            for _, c in ipairs(phase.creates or {}) do created[c] = true end
+          end
+        end
+        assert(#problems == 0, table.concat(problems, "\n"))
+      end)
+
+      it("has every phase keep the contract: assess unless read-only", function()
+        local problems = {}
+        for _, entry in ipairs(pipeline.phases) do
+          if exists(entry[2]) then
+            local ok, list = contract.check(require(entry[2]))
+            if not ok then problems[#problems + 1] = entry[2] .. ": " .. table.concat(list, "; ") end
+          end
+        end
+        assert(#problems == 0, table.concat(problems, "\n"))
+      end)
+    end)
+  end
+end)
+
+describe("every phase file (lua/cargoship/phases, contrib/phases)", function()
+  local src = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
+  local FORBIDDEN = {
+    { "%.conn%f[^%w_]", "host.conn: phases call host methods" },
+    { "ctx%.transport", "ctx.transport: the command owns the transport" },
+    { "ctx%.state", "ctx.state: built-in phases use the context's declared fields" },
+    { "lock_lost", "lock_lost: a lost host is reported through ctx:host_lost" },
+  }
+  for _, dir in ipairs { "lua/cargoship/phases", "contrib/phases" } do
+    local p = assert(io.popen("ls -1 " .. require("cargoship.util").quote(src .. "/" .. dir)))
+    for f in p:lines() do
+      if f:match("%.lua$") then
+        it(dir .. "/" .. f .. " reaches hosts through host methods and declared context fields only", function()
+          local text = assert(io.open(src .. "/" .. dir .. "/" .. f)):read("a")
+          for _, rule in ipairs(FORBIDDEN) do
+            assert.is_nil(text:find(rule[1]), dir .. "/" .. f .. " uses " .. rule[2])
+          end
+          local lines = select(2, text:gsub("\n", ""))
+          assert.is_true(lines <= 160, dir .. "/" .. f .. " has " .. lines .. " lines; phases stay under ~150")
+        end)
+      end
+    end
+    p:close()
+  end
+end)
+
 describe("apply's phase modules", function()
   local pipeline = require "cargoship.pipelines.apply"
 
-  it("list one spec number per module, in the spec's order", function()
-    assert.are.equal(#pipeline.phases, #pipeline.numbers)
-    for i = 2, #pipeline.numbers do assert.is_true(pipeline.numbers[i - 1] < pipeline.numbers[i]) end
-    for _, n in ipairs(pipeline.numbers) do assert.is_not_nil(SPEC[n], "no phase " .. n .. " in the spec") end
+  it("number each phase as the spec does", function()
+    for _, entry in ipairs(pipeline.phases) do
+      assert.is_not_nil(SPEC[entry[1]], "no phase " .. entry[1] .. " in the spec")
+    end
   end)
 
   it("all exist in this build", function()
     local missing = {}
-    for _, name in ipairs(pipeline.phases) do
-      if not exists(name) then missing[#missing + 1] = name end
+    for _, entry in ipairs(pipeline.phases) do
+      if not exists(entry[2]) then missing[#missing + 1] = entry[2] end
     end
     assert(#missing == 0, "phase modules missing from this build: " .. table.concat(missing, ", "))
   end)
 
-  for i, name in ipairs(pipeline.phases) do
-    local number = pipeline.numbers[i]
+  for _, entry in ipairs(pipeline.phases) do
+    local number, name = entry[1], entry[2]
     it(name .. " keeps the phase contract and the spec's title and policy (phase " .. number .. ")", function()
       if not exists(name) then
         pending(name .. " is not in this build yet (the spec above fails for it)")

@@ -25,7 +25,7 @@ end
 local function base_phases(calls)
   local list = {}
   for i, id in ipairs { "connect", "validate_hosts", "acquire_lock" } do list[i] = S.phase(calls, id) end
-  return list, { name = "apply", numbers = { 1, 4, 7 } }
+  return list, { name = "apply", phases = { { 1, "m.connect" }, { 4, "m.validate_hosts" }, { 7, "m.acquire_lock" } } }
 end
 
 local function ids(phases)
@@ -82,7 +82,7 @@ describe("custom.load", function()
     assert.matches("nothing.lua: a custom phase file returns its phase table", err, 1, true)
     _, err = custom.load(write("norun.lua", 'return { id = "x", title = "X", Run = function() end }\n'))
     assert.matches("norun.lua: breaks the phase contract", err, 1, true)
-    assert.matches("`run` is missing", err, 1, true)
+    assert.matches("`assess` is missing", err, 1, true)
     assert.matches("did you mean `run`", err, 1, true)
     _, err = custom.load(write("two.lua", 'return { id = "x", title = "X", before = "a", after = "b", run = print }\n'))
     assert.matches("one placement", err)
@@ -104,7 +104,7 @@ describe("custom.load", function()
     local _, err = custom.load(write("exec.lua", 'return os.execute("true")\n'))
     assert.matches("exec.lua:1: os.execute is not available to custom phases", err, 1, true)
     local phase = custom.load(write("time.lua", 'local t = os.time() + os.clock()\nlocal d = os.date("%Y")\n'
-      .. 'return { id = "t", title = "T", run = function() return t, d end }\n'))
+      .. 'return { id = "t", title = "T", dry_run = "read_only", run = function() return t, d end }\n'))
     assert.is_table(phase)
   end)
 
@@ -114,7 +114,7 @@ local parts = { string.upper("a"), table.concat({ "b", "c" }), tostring(math.max
   shell.quote("it's"), json.encode({ k = json.null }), tostring(json.decode('{"n": 5}').n) }
 assert(string.dump == nil, "string.dump is there")
 assert(getmetatable("") == nil, "the string metatable is reachable")
-return { id = "libs", title = "Libs", run = function() return parts end }
+return { id = "libs", title = "Libs", dry_run = "read_only", run = function() return parts end }
 ]]))
     assert.is_table(phase, err)
     local parts = phase.run(S.ctx(), {})
@@ -140,7 +140,7 @@ return {
   run = function(ctx, hosts)
     local h = hosts[1]
     ctx.state.seen = { name = h.name, role = h.role, conn = h.conn, attach = h.attach, transport = ctx.transport,
-      n = #ctx.hosts, leader = ctx:leader().name, probe = type(h.probe), same = ctx.hosts[1] == h,
+      n = #ctx.hosts, leader = ctx.leader.name, probe = type(h.probe), same = ctx.hosts[1] == h,
       mt = getmetatable(h) }
     local ok, err = pcall(function() h.name = "x" end)
     ctx.state.seen.write_field = ok or err
@@ -185,7 +185,8 @@ return {
   end)
 
   it("names file and line of a runtime error in run", function()
-    local path = write("oops.lua", 'return {\n  id = "oops", title = "Oops",\n  run = function(ctx)\n'
+    local path = write("oops.lua", 'return {\n  id = "oops", title = "Oops", dry_run = "read_only",\n'
+      .. '  run = function(ctx)\n'
       .. '    return ctx.nothing.here\n  end,\n}\n')
     local phase = assert(custom.load(path))
     local rep = S.run(S.ctx(), { phase })
@@ -204,7 +205,7 @@ return {
     local rep = S.run(S.ctx { dry_run = true }, { assert(custom.load(path)) })
     local p = rep.phases[1]
     assert.are.equal("would_act", p.verdict)
-    assert.are.same({ "do a thing" }, S.host_of(p, "worker-1").actions)
+    assert.are.same({ "do a thing" }, S.says(S.host_of(p, "worker-1")))
     assert.are.same({}, S.host_of(p, "ctrl-1").actions)
   end)
 
@@ -213,16 +214,55 @@ return {
 return {
   id = "own", title = "Own",
   prepare = function(ctx) return { ctx.hosts[3] } end,
+  assess = function() return { "x" } end,
   dry_run = function(ctx, hosts) return { { host = hosts[1], actions = { "would x" } } } end,
   run = function(ctx, hosts) return nil, { { host = hosts[1], err = "bad host" } } end,
 }
 ]])
     local phase = assert(custom.load(path))
     local rep = S.run(S.ctx { dry_run = true }, { phase })
-    assert.are.same({ "would x" }, S.host_of(rep.phases[1], "worker-1").actions)
+    assert.are.same({ "would x" }, S.says(S.host_of(rep.phases[1], "worker-1")))
     rep = S.run(S.ctx(), { phase })
     assert.are.equal("failed", rep.phases[1].verdict)
     assert.are.equal("bad host", S.host_of(rep.phases[1], "worker-1").error)
+  end)
+end)
+
+describe("a custom phase of action records", function()
+  it("plans records in a dry run and has them executed, steps included, through views", function()
+    local path = write("records.lua", [[
+return {
+  id = "records", title = "Records",
+  assess = function(ctx, host)
+    return { action.write { path = "/etc/x", content = "x=" .. host.name .. "\n" },
+      action.step { name = "check", say = "check " .. host.name, want = host.role } }
+  end,
+  steps = {
+    check = function(ctx, host, a)
+      ctx.state[host.name] = { mt = getmetatable(host), role = a.want, conn = host.conn }
+      return true
+    end,
+  },
+}
+]])
+    local phase = assert(custom.load(path))
+    assert.is_nil(phase.run, "no run: the runner executes the records")
+    local plan = S.run(S.ctx { dry_run = true }, { phase })
+    assert.are.same({ "write /etc/x (11 bytes)", "check worker-1" }, S.says(S.host_of(plan.phases[1], "worker-1")))
+    local ctx = S.ctx()
+    local rep = S.run(ctx, { phase })
+    local h = S.host_of(rep.phases[1], "ctrl-2")
+    assert.are.same({ "done", "done" }, { h.actions[1].outcome, h.actions[2].outcome })
+    assert.are.same({ mt = "cargoship host view", role = "controller" }, ctx.state["ctrl-2"])
+  end)
+
+  it("names file and line of a step that raises", function()
+    local path = write("badstep.lua", 'return {\n  id = "bad", title = "Bad",\n'
+      .. '  assess = function() return { action.step { name = "s", say = "s" } } end,\n'
+      .. '  steps = { s = function() error("no good") end },\n}\n')
+    local rep = S.run(S.ctx(), { assert(custom.load(path)) })
+    assert.are.equal("failed", rep.phases[1].verdict)
+    assert.matches(path .. ":4: no good", S.host_of(rep.phases[1], "ctrl-1").actions[1].error, 1, true)
   end)
 end)
 
@@ -241,7 +281,10 @@ describe("custom.assemble", function()
       c("r1", "replace", "acquire_lock"), c("b2", "before", "acquire_lock"),
     })
     assert.are.same({ "b1", "connect", "validate_hosts", "a1", "a2", "b2", "r1" }, ids(out))
-    assert.are.same({ 0, 1, 4, 4, 4, 4, 7 }, p.numbers)
+    local numbers = {}
+    for i, e in ipairs(p.phases) do numbers[i] = e[1] end
+    assert.are.same({ 0, 1, 4, 4, 4, 4, 7 }, numbers)
+    assert.are.equal("m.connect", p.phases[2][2])
     assert.are.equal("apply", p.name)
   end)
 
@@ -271,13 +314,13 @@ end)
 
 describe("custom.load_all", function()
   it("reads --phases DIR in name order; each file must say where it goes", function()
-    phase_file("b_two.lua", '  before = "acquire_lock",\n  run = print,\n')
-    phase_file("a_one.lua", '  after = "connect",\n  run = print,\n')
+    phase_file("b_two.lua", '  before = "acquire_lock",\n  dry_run = "read_only",\n  run = print,\n')
+    phase_file("a_one.lua", '  after = "connect",\n  dry_run = "read_only",\n  run = print,\n')
     write("notes.txt", "not a phase")
     local customs = assert(custom.load_all { dir = dir })
     assert.are.same({ "a_one", "b_two" }, { customs[1].phase.id, customs[2].phase.id })
     assert.are.same({ "after", "connect" }, { customs[1].placement, customs[1].anchor })
-    phase_file("c_three.lua")
+    phase_file("c_three.lua", '  dry_run = "read_only",\n  run = print,\n')
     local none, err = custom.load_all { dir = dir }
     assert.is_nil(none)
     assert.matches("c_three.lua: says nowhere where it goes", err, 1, true)
@@ -294,7 +337,7 @@ describe("custom.load_all", function()
   end)
 
   it("loads the cluster file's entries relative to it; the entry's placement wins", function()
-    phase_file("phases/mine.lua", '  after = "connect",\n  run = print,\n')
+    phase_file("phases/mine.lua", '  after = "connect",\n  dry_run = "read_only",\n  run = print,\n')
     local path = write("cluster.yaml", [[
 apiVersion: zarf.dev/v1alpha1
 kind: ZarfCluster

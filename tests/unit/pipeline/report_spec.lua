@@ -4,7 +4,9 @@ local cli = require "cargoship.cli"
 local report = require "cargoship.pipeline.report"
 local S = require "unit.pipeline.support"
 
-local PIPELINE = { name = "apply", numbers = { 1, 3, 7, 8, 30, 31 },
+local PIPELINE = { name = "apply",
+  phases = { { 1, "connect" }, { 3, "gather_facts" }, { 7, "acquire_lock" }, { 8, "prepare" }, { 30, "release_lock" },
+    { 31, "disconnect" } },
   not_in_build = { first = 9, last = 29, text = "phases 9-29 are not in this build" } }
 
 -- A dry run touching every verdict a successful dry run can give.
@@ -15,7 +17,8 @@ local function dry_run_report()
     S.phase(calls, "connect", { title = "Connect to hosts", dry_run = "read_only" }),
     S.phase(calls, "gather_facts", { title = "Gather host facts", dry_run = "read_only",
       run = function(c, hosts) return c:each(hosts, function(h) return h:probe("hostname") end) end }),
-    S.phase(calls, "acquire_lock", { title = "Acquire exclusive host lock", creates = { "lock" } }),
+    S.phase(calls, "acquire_lock", { title = "Acquire exclusive host lock", creates = { "lock" },
+      assess = function() return { "take the lock" } end }),
     S.phase(calls, "prepare", { title = "Prepare hosts", reads = { "facts" },
       -- finishing out of config order must not change the report
       assess = function(_, h)
@@ -36,7 +39,7 @@ Dry run of cluster "lab" on 3 hosts (apply pipeline, 6 phases)
   1. Connect to hosts: ran, reads only
   3. Gather host facts: ran, reads only
   7. Acquire exclusive host lock: would act on 3 of 3 hosts
-       all 3 hosts  would run on this host
+       all 3 hosts  take the lock
   8. Prepare hosts: would act on 2 of 3 hosts
        ctrl-2    set vm.swappiness=0
        ctrl-2    write /etc/environment
@@ -54,6 +57,7 @@ Note: phases 9-29 are not in this build; this report covers only the phases abov
 local GOLDEN_FAILED = [[
 Apply of cluster "lab" on 3 hosts (a pipeline, 3 phases)
   1. Acquire exclusive host lock: ran
+       all 3 hosts  take the lock: done
   2. Validate hosts: FAILED on 2 of 3 hosts
        ctrl-1    error: hostname is not unique
        worker-1  error: no sudo
@@ -75,8 +79,9 @@ describe("report text", function()
     local ctx = S.ctx { dry_run = false }
     local rep = S.run(ctx, {
       S.phase(calls, "lock", { title = "Acquire exclusive host lock",
+        assess = function() return { "take the lock" } end,
         cleanup = function() error("ctrl-2: connection closed", 0) end }),
-      S.phase(calls, "validate", { title = "Validate hosts", cleanup = function() end,
+      S.phase(calls, "validate", { title = "Validate hosts", cleanup = function() end, dry_run = "read_only",
         run = function(c, hosts)
           c:fail(hosts[3], "no sudo")
           c:fail(hosts[1], "hostname is not unique")
@@ -116,7 +121,7 @@ describe("report JSON", function()
 
   -- The schema of docs/dry-run.md, checked field by field.
   local function check_schema(doc)
-    assert.are.equal("cargoship.report/v1", doc.schema)
+    assert.are.equal("cargoship.report/v2", doc.schema)
     for _, k in ipairs({ "dry_run", "ok", "pending", "interrupted" }) do is_type("boolean", doc[k], k) end
     is_type("string", doc.outcome, "outcome")
     for _, k in ipairs({ "pipeline", "cluster", "run_id" }) do
@@ -138,7 +143,18 @@ describe("report JSON", function()
       for _, h in ipairs(p.hosts) do
         is_type("string", h.host, "host")
         is_type("table", h.actions, "actions")
-        for _, a in ipairs(h.actions) do is_type("string", a, "action") end
+        for _, a in ipairs(h.actions) do
+          is_type("string", a.kind, "action kind")
+          is_type("string", a.say, "action say")
+          assert.is_nil(a.content, "an action never carries a file's content")
+          if doc.dry_run then
+            assert.are.equal(cjson.null, a.outcome, "a dry run's actions have no outcome")
+          else
+            assert.is_true(({ done = true, skipped = true, failed = true, not_run = true })[a.outcome],
+              "outcome " .. tostring(a.outcome))
+          end
+          assert(a.error == cjson.null or (type(a.error) == "string" and a.outcome == "failed"), "action error")
+        end
         assert(h.reason == cjson.null or type(h.reason) == "string")
         assert(h.error == cjson.null or type(h.error) == "string")
         is_type("number", h.probes, "probes")
@@ -162,7 +178,9 @@ describe("report JSON", function()
       { gather.index, gather.number, gather.id, gather.dry_run_policy, gather.verdict })
     assert.are.same({ host = "ctrl-2", actions = {}, reason = cjson.null, error = cjson.null, probes = 1,
       writes = 0 }, gather.hosts[2])
-    assert.are.same({ "set vm.swappiness=0", "write /etc/environment" }, doc.phases[4].hosts[2].actions)
+    assert.are.same({ { kind = "note", say = "set vm.swappiness=0", outcome = cjson.null, error = cjson.null },
+      { kind = "note", say = "write /etc/environment", outcome = cjson.null, error = cjson.null } },
+      doc.phases[4].hosts[2].actions)
     assert.are.equal("reads lock, which Acquire exclusive host lock would create", doc.phases[5].hosts[1].reason)
   end)
 
@@ -175,6 +193,26 @@ describe("report JSON", function()
     assert.are.equal("not_confirmed", doc.outcome)
     assert.are.equal("skipped", doc.phases[1].verdict)
     assert.are.equal("pending", doc.plan.outcome)
+  end)
+end)
+
+describe("report JSON of a real run", function()
+  local action = require "cargoship.action"
+
+  it("has the dry run's shape, each action with its outcome", function()
+    local ctx = S.ctx { conn = { answers = { ["dst='/etc/b'"] = "cs-skipped\n", ["exit 9"] = { error = "boom" } } } }
+    local p = S.phase({}, "files", { title = "Files", assess = function()
+      return { action.write { path = "/etc/a", content = "A" }, action.write { path = "/etc/b", content = "B" },
+        action.run { cmd = "exit 9" }, action.remove { path = "/etc/c" } }
+    end })
+    p.run = nil
+    local doc = cjson.decode(report.json(S.run(ctx, { p })))
+    local acts = doc.phases[1].hosts[1].actions
+    assert.are.same({ "done", "skipped", "failed", "not_run" },
+      { acts[1].outcome, acts[2].outcome, acts[3].outcome, acts[4].outcome })
+    assert.are.same({ kind = "write", say = "write /etc/a (1 bytes)", path = "/etc/a", outcome = "done",
+      error = cjson.null }, acts[1])
+    assert.are.equal("boom", acts[3].error)
   end)
 end)
 

@@ -5,6 +5,8 @@ local report = require "cargoship.pipeline.report"
 local cli = require "cargoship.cli"
 local S = require "unit.pipeline.support"
 
+local function cjson_null() return require("cjson").null end
+
 local function names(hosts)
   local out = {}
   for i, h in ipairs(hosts) do out[i] = h.name end
@@ -39,8 +41,8 @@ describe("runner, dry run", function()
     local p = rep.phases[1]
     assert.are.equal("would_act", p.verdict)
     assert.are.equal("reported", p.dry_run_policy)
-    assert.are.same({ "set vm.max_map_count", "write /etc/environment" }, S.host_of(p, "worker-1").actions)
-    assert.are.same({}, S.host_of(p, "ctrl-1").actions)
+    assert.are.same({ "set vm.max_map_count", "write /etc/environment" }, S.says(S.host_of(p, "worker-1")))
+    assert.are.same({}, S.says(S.host_of(p, "ctrl-1")))
     assert.are.same({ "ctrl-1", "ctrl-2", "worker-1" }, { p.hosts[1].host, p.hosts[2].host, p.hosts[3].host })
     for _, c in ipairs(calls) do assert.is_nil(c:match(":run:"), "a reported phase ran: " .. c) end
     assert.are.equal("pending", rep.outcome)
@@ -58,7 +60,7 @@ describe("runner, dry run", function()
     assert.are.equal(cli.EXIT.ok, report.exit_code(rep, cli.EXIT))
   end)
 
-  it("says a reported phase without assess would run on every prepared host", function()
+  it("keeps a sentence of the old contract as a record of kind note", function()
     local ctx = S.ctx { dry_run = true }
     local rep = S.run(ctx, { S.phase(calls, "lock", {
       prepare = function(c) return { c.hosts[1], c.hosts[3] } end,
@@ -66,7 +68,7 @@ describe("runner, dry run", function()
     local p = rep.phases[1]
     assert.are.equal("would_act", p.verdict)
     assert.are.same({ "ctrl-1", "worker-1" }, { p.hosts[1].host, p.hosts[2].host })
-    assert.are.same({ runner.WOULD_RUN }, p.hosts[1].actions)
+    assert.are.same({ { kind = "note", say = S.default_say("lock") } }, p.hosts[1].actions)
     assert.are.same({}, calls)
   end)
 
@@ -107,7 +109,7 @@ describe("runner, dry run", function()
     local p = rep.phases[1]
     assert.are.equal("own", p.verdict)
     assert.are.equal("own", p.dry_run_policy)
-    assert.are.same({ "close the SSH session", "remove 2 leftover temp files" }, S.host_of(p, "ctrl-1").actions)
+    assert.are.same({ "close the SSH session", "remove 2 leftover temp files" }, S.says(S.host_of(p, "ctrl-1")))
     assert.are.same({}, calls)
     assert.are.equal("ok", rep.outcome, "an own dry run did its work: nothing is pending")
   end)
@@ -130,8 +132,8 @@ describe("runner, dry run", function()
     local p = rep.phases[2]
     assert.are.equal("would_act", p.verdict)
     assert.are.equal("reads staged_files, which Upload files to hosts would create", S.host_of(p, "ctrl-2").reason)
-    assert.are.same({}, S.host_of(p, "ctrl-2").actions)
-    assert.are.same({ "move engine into place" }, S.host_of(p, "ctrl-1").actions)
+    assert.are.same({}, S.says(S.host_of(p, "ctrl-2")))
+    assert.are.same({ "move engine into place" }, S.says(S.host_of(p, "ctrl-1")))
     table.sort(calls)
     assert.are.same({ "install:assess:ctrl-1", "install:assess:worker-1" }, calls)
     -- the first reported phase with pending work is the one named, however many follow
@@ -281,17 +283,33 @@ describe("runner, real run", function()
     assert.are.equal("hostname ctrl-2 is not unique", S.host_of(rep.phases[1], "ctrl-2").error)
   end)
 
-  it("stops on a host whose lock was lost, even when no phase called ctx:fail", function()
+  it("stops on a host lost through ctx:host_lost (the lock's callback), during a phase", function()
     local ctx = S.ctx { dry_run = false }
     local rep = S.run(ctx, {
       S.phase(calls, "lock", { run = function() end }),
-      -- the heartbeat task marks the host while another phase runs
-      S.phase(calls, "next", { run = function(c) c.hosts[1].lock_lost = "lock stolen by op@elsewhere" end }),
+      -- the heartbeat task reports the loss while another phase runs
+      S.phase(calls, "next", { run = function(c) c:host_lost(c.hosts[1], "lock stolen by op@elsewhere") end }),
       S.phase(calls, "after", { run = function() end }),
     })
     assert.are.equal("ran", rep.phases[1].verdict)
     assert.are.equal("failed", rep.phases[2].verdict)
     assert.are.equal("lock stolen by op@elsewhere", S.host_of(rep.phases[2], ctx.hosts[1].name).error)
+    assert.are.equal("skipped", rep.phases[3].verdict)
+  end)
+
+  it("fails a host lost between phases in the next phase, even when no phase called ctx:fail", function()
+    local ctx = S.ctx { dry_run = false }
+    local rep = S.run(ctx, {
+      S.phase(calls, "lock", { run = function(c)
+        -- a task of its own, like the heartbeat's: it ends after the phase returned
+        loop.spawn(function() loop.sleep(0.01) c:host_lost(c.hosts[2], "lock lost") end)
+      end }),
+      S.phase(calls, "wait", { assess = function() loop.sleep(0.05) return {} end }),
+      S.phase(calls, "after", { run = function() end }),
+    })
+    assert.are.equal("ran", rep.phases[1].verdict)
+    assert.are.equal("failed", rep.phases[2].verdict)
+    assert.are.equal("lock lost", S.host_of(rep.phases[2], "ctrl-2").error)
     assert.are.equal("skipped", rep.phases[3].verdict)
   end)
 
@@ -451,15 +469,125 @@ describe("runner, contract", function()
   end)
 end)
 
+describe("runner, plan then run: action records", function()
+  local action = require "cargoship.action"
+
+  local function writer(path)
+    local p = S.phase({}, "files", {
+      assess = function(_, h)
+        if h.role == "worker" then return {} end
+        return { action.write { path = path, content = "secret=" .. h.name, mode = "0600" },
+          action.run { cmd = "touch /x/" .. h.name } }
+      end,
+    })
+    p.run = nil -- the runner executes the records
+    return p
+  end
+
+  it("plans records in a dry run, with no outcome and never a file's content", function()
+    local rep = S.run(S.ctx { dry_run = true }, { writer("/etc/a") })
+    local h = S.host_of(rep.phases[1], "ctrl-1")
+    assert.are.same({ kind = "write", say = "write /etc/a (13 bytes, mode 0600)", path = "/etc/a", mode = "0600" },
+      h.actions[1])
+    assert.are.same({ kind = "run", say = "run touch /x/ctrl-1", cmd = "touch /x/ctrl-1" }, h.actions[2])
+    assert.is_nil(report.json(rep):find("secret=", 1, true))
+  end)
+
+  it("executes exactly the assessed records through host:apply when the phase has no run", function()
+    local ctx = S.ctx { conn = { answers = { ["dst='/etc/a'"] = "cs-skipped\n" } } }
+    local rep = S.run(ctx, { writer("/etc/a") })
+    local p = rep.phases[1]
+    assert.are.equal("ran", p.verdict)
+    local h = S.host_of(p, "ctrl-2")
+    assert.are.same({ "skipped", "done" }, { h.actions[1].outcome, h.actions[2].outcome })
+    assert.are.same({}, S.host_of(p, "worker-1").actions)
+    local checks = {}
+    for _, c in ipairs(ctx.hosts[2].conn.calls) do
+      if c.op == "check" then checks[#checks + 1] = c.cmd end
+    end
+    assert.are.equal(2, #checks)
+    assert.are.equal("touch /x/ctrl-2", checks[2])
+    assert.are.equal(0, #ctx.hosts[3].conn.calls)
+  end)
+
+  it("stops a host at its first failed record, the rest not run, and fails the phase", function()
+    local ctx = S.ctx { conn = { answers = { ["dst='/etc/a'"] = { error = "ctrl-1: disk full" } } } }
+    local rep = S.run(ctx, { writer("/etc/a") })
+    local h = S.host_of(rep.phases[1], "ctrl-1")
+    assert.are.equal("failed", rep.phases[1].verdict)
+    assert.are.same({ "failed", "not_run" }, { h.actions[1].outcome, h.actions[2].outcome })
+    assert.are.equal("ctrl-1: disk full", h.actions[1].error)
+    local doc = require("cjson").decode(report.json(rep))
+    assert.are.equal("failed", doc.phases[1].hosts[1].actions[1].outcome)
+    assert.are.equal(cjson_null(), doc.phases[1].hosts[1].actions[2].error)
+  end)
+
+  it("lets a phase with run execute its records in its own order with ctx:apply", function()
+    local order = {}
+    local ctx = S.ctx()
+    local rep = S.run(ctx, { S.phase({}, "seq", {
+      assess = function(_, h) return { action.step { name = "one", say = "step on " .. h.name } } end,
+      steps = { one = function(_, h) order[#order + 1] = h.name return true end },
+      run = function(c, hosts)
+        for i = #hosts, 1, -1 do
+          local ok, err = c:apply(hosts[i])
+          if not ok then return nil, err end
+        end
+        return true
+      end,
+    }) })
+    assert.are.same({ "worker-1", "ctrl-2", "ctrl-1" }, order)
+    assert.are.equal("done", S.host_of(rep.phases[1], "ctrl-1").actions[1].outcome)
+  end)
+
+  it("refuses ctx:apply of a record the phase did not assess", function()
+    local rep = S.run(S.ctx(), { S.phase({}, "rogue", {
+      assess = function() return { action.run { cmd = "true" } } end,
+      run = function(c, hosts) return c:apply(hosts[1], { action.run { cmd = "rm -rf /" } }) end,
+    }) })
+    assert.are.equal("failed", rep.phases[1].verdict)
+    assert.matches("is not one this phase assessed", rep.phases[1].error)
+  end)
+
+  it("logs where the live hosts moved since the plan, and does what it assessed now", function()
+    local phase = S.phase({}, "moving", { assess = function(_, h)
+      return { action.run { cmd = "echo " .. h.name } }
+    end })
+    phase.run = nil
+    local plan = S.run(S.ctx { dry_run = true }, { phase })
+    -- between plan and run, ctrl-2 changed: the plan said something else there
+    plan.phases[1].hosts[2].actions = { { kind = "run", say = "run echo old" } }
+    local ctx = S.ctx()
+    local rep = S.run(ctx, { phase }, { plan = plan })
+    local log = ctx.log_stream.text()
+    assert.matches("Phase moving: ctrl%-2 moved since the plan: planned %[run echo old%], "
+      .. "assessed now %[run echo ctrl%-2%]", log)
+    assert.is_nil(log:find("ctrl-1 moved", 1, true))
+    assert.are.equal("done", S.host_of(rep.phases[1], "ctrl-2").actions[1].outcome)
+  end)
+
+  it("reports a note of the old contract done or failed with its host", function()
+    local rep = S.run(S.ctx(), { S.phase({}, "old", {
+      run = function(c, hosts) return c:each(hosts, function(h)
+        if h.name == "ctrl-2" then return nil, "ctrl-2: broke" end
+        return true
+      end) end,
+    }) })
+    local p = rep.phases[1]
+    assert.are.equal("done", S.host_of(p, "ctrl-1").actions[1].outcome)
+    assert.are.equal("failed", S.host_of(p, "ctrl-2").actions[1].outcome)
+  end)
+end)
+
 describe("runner.load", function()
   after_each(function()
     package.loaded["fake.phase.one"], package.loaded["fake.phase.bad"] = nil, nil
   end)
 
   it("lists every phase module missing from the build", function()
-    package.loaded["fake.phase.one"] = { id = "one", title = "One", run = function() end }
+    package.loaded["fake.phase.one"] = { id = "one", title = "One", dry_run = "read_only", run = function() end }
     local phases, err, detail = runner.load { name = "demo",
-      phases = { "fake.phase.one", "fake.phase.two", "fake.phase.three" } }
+      phases = { { 1, "fake.phase.one" }, { 2, "fake.phase.two" }, { 3, "fake.phase.three" } } }
     assert.is_nil(phases)
     assert.are.equal("the demo pipeline needs phase modules this build does not have yet: "
       .. "fake.phase.two, fake.phase.three", err)
@@ -467,16 +595,17 @@ describe("runner.load", function()
   end)
 
   it("names the module of a phase that breaks the contract", function()
-    package.loaded["fake.phase.bad"] = { id = "Bad", title = "Bad", run = function() end, Cleanup = function() end }
-    local phases, err = runner.load { name = "demo", phases = { "fake.phase.bad" } }
+    package.loaded["fake.phase.bad"] = { id = "Bad", title = "Bad", dry_run = "read_only", run = function() end,
+      Cleanup = function() end }
+    local phases, err = runner.load { name = "demo", phases = { { 1, "fake.phase.bad" } } }
     assert.is_nil(phases)
     assert.matches("fake.phase.bad: phase 1 %(Bad%): `id` must be a snake_case string", err)
     assert.matches("`Cleanup` is not a phase field; did you mean `cleanup`%?", err)
   end)
 
   it("loads the phases in order", function()
-    package.loaded["fake.phase.one"] = { id = "one", title = "One", run = function() end }
-    local phases = assert(runner.load { name = "demo", phases = { "fake.phase.one" } })
+    package.loaded["fake.phase.one"] = { id = "one", title = "One", dry_run = "read_only", run = function() end }
+    local phases = assert(runner.load { name = "demo", phases = { { 1, "fake.phase.one" } } })
     assert.are.equal("one", phases[1].id)
   end)
 end)

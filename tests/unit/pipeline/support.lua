@@ -24,6 +24,12 @@ function M.fake_conn(o)
   function conn.check(_, cmd, opts)
     conn.calls[#conn.calls + 1] = { op = "check", cmd = cmd, opts = opts }
     if o.delay then loop.sleep(o.delay) end
+    for pattern, out in pairs(o.answers or {}) do
+      if cmd:find(pattern, 1, true) then
+        if type(out) == "table" then return nil, out.error, "exit" end
+        return out, ""
+      end
+    end
     return ""
   end
   function conn.upload(_, src, dst)
@@ -62,8 +68,12 @@ function M.ctx(o)
   return ctx
 end
 
+-- The sentence of the default assess of M.phase.
+function M.default_say(id) return "do " .. id end
+
 -- A phase table with every call recorded in `calls` (a shared list of "id:fn[:host]").
--- fields override the defaults (id, title, run that does nothing).
+-- fields override the defaults (id, title, run that does nothing, and unless the phase is
+-- read-only an assess planning one note "do <id>" per host: the contract wants assess).
 function M.phase(calls, id, fields)
   local p = { id = id, title = "Phase " .. id }
   p.run = function(_, hosts)
@@ -71,8 +81,17 @@ function M.phase(calls, id, fields)
     for i, h in ipairs(hosts) do names[i] = h.name end
     calls[#calls + 1] = id .. ":run:" .. table.concat(names, ",")
   end
-  for k, v in pairs(fields or {}) do p[k] = v end
+  fields = fields or {}
+  if fields.dry_run ~= "read_only" then p.assess = function() return { M.default_say(id) } end end
+  for k, v in pairs(fields) do p[k] = v end
   return p
+end
+
+-- The sentences of a report host entry's actions (or of a list of records).
+function M.says(entry)
+  local out = {}
+  for i, a in ipairs(entry.actions or entry) do out[i] = type(a) == "table" and a.say or a end
+  return out
 end
 
 -- runner.run inside a fresh loop; -> report (raises what the runner raised)

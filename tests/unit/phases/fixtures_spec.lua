@@ -1,0 +1,148 @@
+-- Fixture-driven phase specs, pyinfra style: a host's facts (probe answers) in, action records out, no SSH.
+--
+-- tests/fixtures/phases/<phase id>/<case>.json, one directory per phase id:
+--   description  what the case shows
+--   module       the phase module ("cargoship.phases.acquire_lock"), or
+--   file         a custom phase file, loaded as apply loads it (contrib/phases/motd.lua)
+--   host         {name, role, facts}: the host entry and the facts earlier phases found
+--   ctx          context fields: dry_run (default true), cluster, locks, leader, ...
+--   probes       answers to host:probes keys: a string (stdout, exit 0), {out, code}, or
+--                {fixture = "os-release/debian-12"} (a file under tests/fixtures)
+--   commands     answers to any other command: {match = substring, out, code}; a command
+--                no entry matches fails the case, so a fixture lists every round trip
+--   actions      the records assess returns, as action.public() shows them, plus `content`
+--                where the case pins a write's bytes; [] for none
+--   facts        for a read-only phase: host.facts after run (a subset, compared deeply)
+--   error        for a read-only phase: the failure run reports on the host
+-- Every host is a dry-run host: a phase that writes in assess (or in a read-only run) fails.
+local cjson = require "cjson"
+local action = require "cargoship.action"
+local custom = require "cargoship.pipeline.custom"
+local loop = require "cargoship.loop"
+local support = require "unit.phases.support"
+
+local SRC = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
+local DIR = SRC .. "/tests/fixtures/phases"
+
+local function ls(dir)
+  local p = assert(io.popen("ls -1 " .. require("cargoship.util").quote(dir)))
+  local out = {}
+  for l in p:lines() do out[#out + 1] = l end
+  p:close()
+  return out
+end
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- cjson's null and floats back to what Lua code compares with
+local function plain(v)
+  if v == cjson.null then return nil end
+  if math.type(v) == "float" and math.tointeger(v) then return math.tointeger(v) end
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = plain(x) end
+  return out
+end
+
+local function answers_of(case)
+  local a = {}
+  for key, v in pairs(case.probes or {}) do
+    if type(v) == "table" and v.fixture then a[key] = support.fixture(v.fixture)
+    else a[key] = v end
+  end
+  a[1] = function(cmd)
+    for _, c in ipairs(case.commands or {}) do
+      if cmd:find(c.match, 1, true) then return c.out or "", "", c.code or 0 end
+    end
+    return nil, "the fixture has no answer for: " .. cmd:sub(1, 200), "exit"
+  end
+  return a
+end
+
+local function load_phase(case)
+  if case.module then return require(case.module) end
+  return assert(custom.load(SRC .. "/" .. case.file))
+end
+
+-- The records as the case states them: public fields, and content where the case pins it.
+local function shown(records, want)
+  local out = {}
+  for i, r in ipairs(records or {}) do
+    action.check(r)
+    out[i] = action.public(r)
+    if want[i] and want[i].content ~= nil then out[i].content = r.content end
+  end
+  return out
+end
+
+local function subset(want, have, path)
+  for k, v in pairs(want) do
+    local where = path .. "." .. tostring(k)
+    if type(v) == "table" then
+      assert(type(have) == "table" and type(have[k]) == "table",
+        where .. " is not a table: " .. tostring(have and have[k]))
+      subset(v, have[k], where)
+    else
+      assert.are.same(v, have[k], where)
+    end
+  end
+end
+
+local function run_case(case, id)
+  local phase = load_phase(case)
+  assert.are.equal(id, phase.id, "the fixture directory is named after the phase id")
+  local cfg = case.host or {}
+  local host = support.host({ name = cfg.name, role = cfg.role }, answers_of(case))
+  for k, v in pairs(cfg.facts or {}) do host.facts[k] = v end
+  local fields = case.ctx or {}
+  local ctx = support.ctx({ host }, { cluster = fields.cluster, dry_run = fields.dry_run })
+  for k, v in pairs(fields) do
+    if k ~= "cluster" and k ~= "dry_run" then ctx[k] = v end
+  end
+  local ok, a, b = loop.run(function()
+    local want = case.actions or {}
+    local records = phase.assess and phase.assess(ctx, host) or {}
+    assert.are.same(want, shown(records, want))
+    if case.facts or case.error then
+      local r, failures = phase.run(ctx, { host })
+      return r, failures
+    end
+    return true
+  end)
+  assert(ok, a)
+  if case.error then
+    assert.is_nil(a, "the phase should fail the host")
+    assert.are.same({ case.error }, { type(b) == "table" and b[1] and b[1].err or b })
+  elseif case.facts then
+    assert.is_truthy(a, "the phase failed: " .. table.concat(support.errors(b or "?"), "; "))
+    subset(case.facts, host.facts, "facts")
+  end
+  assert.are.equal(0, host.writes_sent, "a phase wrote while assessing or reading")
+  assert.are.same({}, host.refused)
+end
+
+describe("phase fixtures (tests/fixtures/phases/<id>/)", function()
+  local ids = ls(DIR)
+
+  it("cover the phases that plan work, each in a directory named after its id", function()
+    local have = {}
+    for _, id in ipairs(ids) do have[id] = true end
+    for _, id in ipairs { "acquire_lock", "release_lock", "disconnect", "write_motd" } do
+      assert.is_true(have[id], "no fixtures for " .. id)
+    end
+  end)
+
+  for _, id in ipairs(ids) do
+    for _, file in ipairs(ls(DIR .. "/" .. id)) do
+      if file:match("%.json$") then
+        local case = plain(cjson.decode(read(DIR .. "/" .. id .. "/" .. file)))
+        it(id .. "/" .. file .. ": " .. tostring(case.description), function() run_case(case, id) end)
+      end
+    end
+  end
+end)

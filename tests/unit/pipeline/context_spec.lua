@@ -1,0 +1,47 @@
+-- Specs of the context's phase API around action records and lost hosts: ctx:planned, ctx:apply, ctx:host_lost.
+local action = require "cargoship.action"
+local S = require "unit.pipeline.support"
+
+describe("context", function()
+  it("declares what phases hand on as fields, the leader being the first controller to begin with", function()
+    local ctx = S.ctx { hosts = { { name = "w", role = "worker" }, { name = "c", role = "controller" } } }
+    assert.are.equal(ctx.hosts[2], ctx.leader)
+    assert.are.same({}, ctx.locks)
+    assert.are.same({}, ctx.lock_conflicts)
+    assert.is_false(ctx.engine_running)
+    assert.is_nil(ctx.nodes)
+  end)
+
+  it("gives every host the command's transport", function()
+    local t = {}
+    local ctx = require("cargoship.pipeline.context").new { cluster = S.cluster(), transport = t }
+    for _, h in ipairs(ctx.hosts) do assert.are.equal(t, h.transport) end
+  end)
+
+  it("ctx:apply executes the planned records of a host and records each outcome", function()
+    local ctx = S.ctx()
+    local h = ctx.hosts[1]
+    local one, two = action.run { cmd = "echo one" }, action.run { cmd = "echo two" }
+    ctx._planned, ctx._outcomes = { [h] = { one, two } }, {}
+    assert.are.same({ one, two }, ctx:planned(h))
+    assert.are.same({}, ctx:planned(ctx.hosts[2]))
+    assert.is_true(ctx:apply(h, { two }))
+    assert.are.equal("done", ctx._outcomes[h][two].status)
+    assert.is_nil(ctx._outcomes[h][one], "only what was asked")
+    assert.has_error(function() ctx:apply(h, { action.run { cmd = "echo three" } }) end)
+  end)
+
+  it("ctx:host_lost fails the host in the running phase once, and remembers it", function()
+    local ctx = S.ctx()
+    local h = ctx.hosts[2]
+    ctx._failures = {}
+    ctx:host_lost(h, "ctrl-2: lost the lock")
+    ctx:host_lost(h, "ctrl-2: lost the lock again")
+    assert.are.same({ { host = h, err = "ctrl-2: lost the lock" } }, ctx._failures)
+    assert.are.equal("ctrl-2: lost the lock", ctx._lost[h])
+    -- outside a phase it is only remembered: the runner fails the host in the next phase
+    local other = S.ctx()
+    other:host_lost(other.hosts[1], "gone")
+    assert.are.equal("gone", other._lost[other.hosts[1]])
+  end)
+end)
