@@ -1,10 +1,11 @@
 -- cargoship.phases.acquire_lock: phase 7, takes every host's exclusive lock; a heartbeat keeps it until phase 30.
 --
--- Timings come from the lock module's defaults (touch every 30 s, stale after 60 s of
--- silence) unless CARGOSHIP_LOCK_INTERVAL / CARGOSHIP_LOCK_STALE_AFTER (seconds) say
--- otherwise; the integration specs shrink them to watch a takeover happen.
--- The handles land in ctx.state.locks[host.name]. A host whose lock is later lost or stolen
--- is failed through ctx:fail and marked host.lock_lost, so the run stops there.
+-- Timings come from the lock module's defaults (touch every 15 s, counted lost 45 s after
+-- the last good touch, stale after 60 s; see lock.lua) unless CARGOSHIP_LOCK_INTERVAL /
+-- CARGOSHIP_LOCK_STALE_AFTER (seconds) say otherwise; the integration specs shrink them.
+-- The handles land in ctx.state.locks[host.name]. A host whose lock is later lost, stolen or
+-- not refreshed in time reaches the run through the lock's own callback: ctx:host_lost
+-- fails it in the phase running then, so the run stops working there.
 -- A conflict is recorded in ctx.state.lock_conflicts (messages naming the holders), so the
 -- command can exit with its "locked" code.
 local lock = require "cargoship.lock"
@@ -48,9 +49,10 @@ end
 -- Reads the lock to say whom a real run would meet there.
 function M.assess(ctx, host)
   local cur = lock.read(host)
-  if not cur then return { "take the lock at " .. lock.DIRS[1] .. "/" .. lock.NAME } end
+  if not cur then return { "take the lock at " .. lock.default_path() } end
+  if cur.unsafe then return { "take the lock, but it would be refused: " .. cur.unsafe } end
   if not cur.held then return { "take the lock at " .. cur.path } end
-  local stale = cur.age and cur.age > (timings(ctx).stale_after or lock.STALE_AFTER)
+  local stale = cur.age and cur.age > math.max(timings(ctx).stale_after or lock.STALE_AFTER, cur.stale or 0)
   return { string.format("take the lock at %s (currently held by %s%s)", cur.path,
     lock.describe(cur.record, cur.age, cur.now), stale and "; stale, so it would be taken over" or "") }
 end
@@ -59,10 +61,7 @@ local function take(ctx, info, o)
   return function(host)
     local h, err, code = lock.acquire(host, info, {
       interval = o.interval, stale_after = o.stale_after,
-      on_lost = function(msg)
-        host.lock_lost = msg
-        if ctx.fail then ctx:fail(host, msg) end
-      end,
+      on_lost = function(msg) ctx:host_lost(host, msg) end,
     })
     if not h then
       if code == "locked" then

@@ -24,7 +24,7 @@ end
 
 function M.assess(ctx, host)
   local h = locks(ctx)[host.name]
-  return { "release the lock at " .. (h and h.path or (lock.DIRS[1] .. "/" .. lock.NAME)) }
+  return { "release the lock at " .. (h and h.path or lock.default_path()) }
 end
 
 -- A lock that is no longer ours fails the host: another run may have worked on it meanwhile.

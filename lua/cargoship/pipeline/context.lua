@@ -12,7 +12,7 @@
 --   distro    nil for now (the distro package is not loaded yet)
 --   env       function(name) -> value: the environment the command runs in (os.getenv)
 -- }
--- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:leader(): see below.
+-- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg), ctx:leader(): see below.
 local host_mod = require "cargoship.host"
 local pool = require "cargoship.pool"
 
@@ -94,6 +94,19 @@ function Context:fail(host, msg)
   msg = tostring(msg)
   local list = self._failures
   if list then list[#list + 1] = { host = host, err = msg } end
+  log_once(self, host, msg)
+  return nil, msg
+end
+
+-- ctx:host_lost(host, msg) -> nil, msg. The host's lock is lost (stolen, broken, or not
+-- refreshed before its deadline): this run must stop working there. Called by the lock's
+-- on_lost callback, from its heartbeat task. The host fails in the phase running now;
+-- host.lock_lost keeps the message for the runner, which fails the host in the next phase
+-- when the loss came between two.
+function Context:host_lost(host, msg)
+  msg = tostring(msg)
+  host.lock_lost = msg
+  if self._failures then return self:fail(host, msg) end
   log_once(self, host, msg)
   return nil, msg
 end

@@ -30,12 +30,17 @@ local function recorder()
 end
 
 -- A connection that runs commands here, by /bin/sh, with this host's own directory standing
--- in for /run/lock: each fake host is its own machine.
+-- in for /run: each fake host is its own machine. A lock script that would look at the real
+-- /run fails the spec instead.
 local function fake_conn(lockdir)
   local c = { temps = {}, execs = 0, closed = false, removed = 0 }
   function c.exec(self, cmd)
     self.execs = self.execs + 1
-    cmd = cmd:gsub("'/run/lock'", function() return util.quote(lockdir) end)
+    local n
+    cmd, n = cmd:gsub("\nset %-%- '/run' '/var/lib'\n",
+      function() return "\nset -- " .. util.quote(lockdir) .. "\n" end)
+    assert(n == 1, "not a lock script with the default directories: " .. cmd:sub(1, 200))
+    assert(not cmd:find("CS_BASE='/run", 1, true), "a lock script for the real /run")
     local errf = os.tmpname()
     local p = assert(io.popen("sh -c " .. util.quote(cmd) .. " 2>" .. util.quote(errf)))
     local out = p:read("a")
@@ -91,6 +96,12 @@ local function new_ctx(hosts, o)
     self.failed[#self.failed + 1] = { host = host, err = msg }
     return nil, msg
   end
+  -- as the real context's: the lock's loss callback lands here
+  function ctx.host_lost(self, host, msg)
+    self.lost[#self.lost + 1] = { host = host, err = msg }
+    return self:fail(host, msg)
+  end
+  ctx.lost = {}
   return ctx
 end
 
@@ -101,7 +112,7 @@ local function run(fn)
   return a, b, c
 end
 
-local function lockpath(h) return h.lockdir .. "/cargoship.lock" end
+local function lockpath(h) return h.lockdir .. "/cargoship/lock" end
 
 -- Another run's lock on h, aged `age` seconds.
 local function hold(h, age)
@@ -159,7 +170,7 @@ describe("lock phases", function()
     end
     assert.is_false(exists(lockpath(hosts[1])))
     local r = run(function() return release.assess(ctx, hosts[1]) end)
-    assert.are.same({ "release the lock at /run/lock/cargoship.lock" }, r)
+    assert.are.same({ "release the lock at /run/cargoship/lock" }, r)
   end)
 
   it("says a stale holder would be taken over", function()
@@ -229,7 +240,7 @@ describe("lock phases", function()
     assert.is_true(exists(lockpath(hosts[3])), "the other run's lock stays")
   end)
 
-  it("fails the host through ctx:fail when its lock is stolen mid-run", function()
+  it("fails the host through the lock's callback, ctx:host_lost, when its lock is stolen mid-run", function()
     local hosts = hosts_for(base, 1)
     local ctx = new_ctx(hosts, { env = { CARGOSHIP_LOCK_INTERVAL = "0.1", CARGOSHIP_LOCK_STALE_AFTER = "2" } })
     run(function()
@@ -241,7 +252,7 @@ describe("lock phases", function()
     assert.are.equal(1, #ctx.failed)
     assert.are.equal(hosts[1], ctx.failed[1].host)
     assert.matches("taken over by dev@laptop", ctx.failed[1].err, 1, true)
-    assert.are.equal(ctx.failed[1].err, hosts[1].lock_lost)
+    assert.are.same({ { host = hosts[1], err = ctx.failed[1].err } }, ctx.lost)
   end)
 
   it("releases in phase 30, and fails a host whose lock is no longer this run's", function()
