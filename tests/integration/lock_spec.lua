@@ -118,7 +118,8 @@ local function locked_hosts()
 end
 
 local function clear_locks()
-  for _, h in ipairs(hosts) do ssh(h, "rm -rf " .. h.base .. " " .. OLD_PLACES .. " /etc/cs-precious") end
+  local old = OLD_PLACES .. " " .. OLD_PLACES:gsub("(%S+)", "%1.*")
+  for _, h in ipairs(hosts) do ssh(h, "rm -rf " .. h.base .. " " .. old .. " /etc/cs-precious") end
 end
 
 local started = {}
