@@ -88,15 +88,17 @@ cs_parent() {
     o=${st% *}
     m=${st#* }
     if [ "$o" != 0 ] && [ "$o" != "$U" ]; then cs_unsafe "$p" "belongs to neither root nor uid $U"; fi
-    if [ $(( 0$m & w )) -ne 0 ] && [ $(( 0$m & 512 )) -eq 0 -o "$p" = "$1" ]; then
-      cs_unsafe "$p" "can be written by others"
+    if [ $(( 0$m & w )) -ne 0 ]; then
+      if [ "$p" = "$1" ] || [ $(( 0$m & 512 )) -eq 0 ]; then cs_unsafe "$p" "can be written by others"; fi
     fi
     [ "$p" = / ] && return 0
     p=${p%/*}
     [ -n "$p" ] || p=/
   done
 }
-# B: the private directory, made here when $1 = make; returns 1 when it is absent.
+# B: the private directory (CS_BASE, or NAME in the first of the candidate parents that
+# exists), made here when CS_MAKE=1; returns 1 when it is absent. Exits "unsafe" when a
+# check fails.
 cs_base() {
   if [ -n "$CS_BASE" ]; then
     B=$CS_BASE

@@ -654,6 +654,36 @@ describe("lock", function()
     end)
   end)
 
+  it("sends only scripts that shellcheck finds nothing in (POSIX sh)", function()
+    local _, code = sh("command -v shellcheck >/dev/null")
+    if code ~= 0 then
+      pending("shellcheck is not installed")
+      return
+    end
+    local a, b = fake_host("h1"), fake_host("h1")
+    run(function()
+      local x = assert(lock.acquire(a, INFO, opts { stale_after = 3 }))
+      assert(x:heartbeat())
+      age(path, 10)
+      local y = assert(lock.acquire(b, OTHER, opts { stale_after = 3 }))
+      local st = assert(lock.read(b, { dirs = { dir } }))
+      assert(lock.break_lock(b, { path = st.path, token = st.token }))
+      assert.is_nil(x:release())
+      assert.is_nil((y:release()), "broken, so gone")
+    end)
+    local n = 0
+    for _, h in ipairs { a, b } do
+      for _, script in ipairs(h.scripts) do
+        n = n + 1
+        local file = dir .. "/script" .. n .. ".sh"
+        write(file, "#!/bin/sh\n" .. script)
+        local out, rc = sh("shellcheck -s sh " .. util.quote(file) .. " 2>&1")
+        assert.are.equal(0, rc, out)
+      end
+    end
+    assert.is_true(n >= 6, n .. " scripts")
+  end)
+
   it("is refused by a dry-run host: taking a lock is a write", function()
     local h = fake_host("h1", { dry_run = true })
     assert.has_error(function() run(function() return lock.acquire(h, INFO, opts()) end) end,
