@@ -185,14 +185,15 @@ local function stamp(p, word, name)
 end
 
 -- PIDs, as the machine sees them, of host i's sshd session processes serving root (the one
--- process per connection that reads and writes its socket), found in the host's own PID
--- namespace (lab.sh pid I gives its PID 1).
+-- process per connection that reads and writes its socket; "sshd-session" from OpenSSH 9.8),
+-- found in the host's own PID namespace (lab.sh pid I gives its PID 1).
 local function sshd_sessions(i)
   local _, pid1 = lab.lab("pid " .. i)
   pid1 = assert(pid1:match("%d+"), "no PID 1 for host " .. i)
   local _, out = lab.sh("ns=$(readlink /proc/" .. pid1 .. "/ns/pid); for p in /proc/[0-9]*; do "
     .. "[ \"$(readlink $p/ns/pid 2>/dev/null)\" = \"$ns\" ] || continue; "
-    .. "case $(tr '\\0' ' ' <$p/cmdline 2>/dev/null) in 'sshd: root@notty'*) echo ${p#/proc/};; esac; done")
+    .. "case $(tr '\\0' ' ' <$p/cmdline 2>/dev/null) in 'sshd: root@notty'* | 'sshd-session: root@notty'*) "
+    .. "echo ${p#/proc/};; esac; done")
   local pids = {}
   for pid in out:gmatch("%d+") do pids[#pids + 1] = pid end
   return pids
