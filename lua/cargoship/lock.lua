@@ -25,7 +25,8 @@
 -- the lock's mtime, in the same script), so a skewed operator clock can neither steal a live
 -- lock nor keep a dead one. With the defaults (M.timings):
 --   interval I = 15 s   the holder touches the lock every I after a good touch;
---   retry    R = 5 s    after a failed touch it tries again R later (each try bounded, 10 s);
+--   retry    R = 5 s    after a failed touch it tries again R later (each try: at most 10 s,
+--                       and never past the deadline);
 --   lost_after D = 45 s the holder treats the lock as LOST, and stops work on the host,
 --                       D after the moment it SENT the last touch that came back good, by a
 --                       deadline of its own: it does not wait for a touch in flight;
@@ -58,7 +59,7 @@ M.NAME = "cargoship"
 M.DIRS = { "/run", "/var/lib" }  -- candidate parents of the private directory, first existing wins
 M.INTERVAL = 15
 M.STALE_AFTER = 60
-M.BEAT_TIMEOUT = 10  -- one touch; the loss deadline cuts it shorter when it is near
+M.BEAT_TIMEOUT = 10  -- one touch at most; the loss deadline cuts it shorter when it is near
 M.TIMEOUT = 20       -- acquire, release, read, break
 
 -- Shared by every script: finding and checking the private directory B and the lock L in it,
@@ -378,7 +379,8 @@ end
 -- the stale window S (whole seconds, at least 2) and the interval I:
 --   margin = max(1, S/4); lost_after = S - margin; interval defaults to min(15, lost_after/3)
 --   and may be at most lost_after/2, so a missed beat is retried in time; retry = I/3;
---   beat_timeout = min(10, I). At the defaults: I 15, R 5, D 45, S 60, M 15.
+--   beat_timeout = 10, cut to what is left before the deadline (a slow touch that still
+--   lands in time keeps the lock). At the defaults: I 15, R 5, D 45, S 60, M 15.
 function M.timings(o)
   o = o or {}
   local stale = o.stale_after or M.STALE_AFTER
@@ -399,7 +401,7 @@ function M.timings(o)
   end
   return {
     interval = interval, stale_after = stale, margin = margin, lost_after = lost_after,
-    retry = interval / 3, beat_timeout = math.min(M.BEAT_TIMEOUT, interval),
+    retry = interval / 3, beat_timeout = M.BEAT_TIMEOUT,
   }
 end
 

@@ -54,7 +54,7 @@ function M.assess(ctx, host)
   if not cur.held then return { "take the lock at " .. cur.path } end
   local stale = cur.age and cur.age > math.max(timings(ctx).stale_after or lock.STALE_AFTER, cur.stale or 0)
   return { string.format("take the lock at %s (currently held by %s%s)", cur.path,
-    lock.describe(cur.record, cur.age, cur.now), stale and "; stale, so it would be taken over" or "") }
+    lock.describe(cur.record, cur.age, cur.now, cur.owner), stale and "; stale, so it would be taken over" or "") }
 end
 
 local function take(ctx, info, o)
