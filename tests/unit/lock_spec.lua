@@ -92,6 +92,14 @@ local function fake_host(name, o)
   return h
 end
 
+-- Inside the loop: waits until fn() is true or `timeout` seconds have passed (the fake host
+-- runs its scripts by a blocking popen, so on a loaded machine beats come late).
+local function eventually(fn, timeout)
+  local deadline = loop.now() + (timeout or 5)
+  while not fn() and loop.now() < deadline do loop.sleep(0.02) end
+  return fn()
+end
+
 -- Runs fn inside the loop, as every command does; raises its error.
 local function run(fn)
   local ok, a, b, c = loop.run(fn)
@@ -241,7 +249,7 @@ describe("lock", function()
     run(function()
       local x = assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 0.1, stale_after = 3 }))
       age(path, 100)
-      loop.sleep(0.35)
+      eventually(function() return x.beats >= 2 end)
       assert.is_true(x.beats >= 2, "beats: " .. x.beats)
       assert.is_true(os.time() - mtime(path) < 5)
       assert.is_true(x:release())
@@ -261,7 +269,8 @@ describe("lock", function()
       }))
       os.execute("rm -rf " .. util.quote(path))
       local y = assert(lock.acquire(b, OTHER, opts()))
-      loop.sleep(0.3)
+      eventually(function() return #lost > 0 end)
+      loop.sleep(0.2)
       assert.are.equal(1, #lost)
       assert.matches("taken over by dev@laptop", lost[1], 1, true)
       assert.are.equal(lost[1], x.lost)
@@ -276,10 +285,10 @@ describe("lock", function()
     local lost
     run(function()
       local x = assert(lock.acquire(h, INFO, opts {
-        heartbeat = true, interval = 0.1, stale_after = 2, on_lost = function(msg) lost = msg end,
+        heartbeat = true, interval = 0.1, stale_after = 3, on_lost = function(msg) lost = msg end,
       }))
       h.run = function() return nil, "h1: exec: connection cut", "closed" end
-      loop.sleep(1.3)
+      eventually(function() return x.lost end)
       assert.matches("no heartbeat got through for", x.lost, 1, true)
       assert.matches("connection cut", lost, 1, true)
       assert.is_true(#h.lines.warn >= 1)
@@ -621,7 +630,7 @@ describe("lock", function()
         loop.sleep(2.2)
         assert.are.equal(1, calls)
         -- the deadline: 2 s (3 s window less 1 s margin) after the good beat was sent
-        assert.is_true(lost_at - good >= 2 - 0.05 and lost_at - good <= 2 + 0.2, "lost after " .. (lost_at - good))
+        assert.is_true(lost_at - good >= 2 - 0.05 and lost_at - good <= 2 + 0.3, "lost after " .. (lost_at - good))
         assert.matches("the heartbeat in flight had no answer", x.lost, 1, true)
         assert.are.equal("unreachable", x.lost_kind)
         loop.sleep(0.1)
@@ -634,21 +643,22 @@ describe("lock", function()
       local times = {}
       run(function()
         local x = assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 0.6, stale_after = 4 }))
-        local good = x.last_ok
+        local good, returned = x.last_ok, loop.now()
         h.run = function()
           times[#times + 1] = loop.now()
           return nil, "h1: exec: connection cut", "closed"
         end
         loop.sleep(3.3)
         assert.is_truthy(x.lost)
-        -- first try one interval after the acquire, then every retry (0.2 s), until 3 s after it
-        assert.is_true(math.abs(times[1] - good - 0.6) < 0.1, times[1] - good)
+        -- first try one interval after the acquire returned, then every retry (0.2 s, well
+        -- under the 0.6 s interval), until 3 s after the acquire was sent
+        assert.is_true(math.abs(times[1] - returned - 0.6) < 0.15, times[1] - returned)
         for i = 2, #times do
           local gap = times[i] - times[i - 1]
-          assert.is_true(gap >= 0.19 and gap < 0.3, "gap " .. gap)
+          assert.is_true(gap >= 0.19 and gap < 0.45, "gap " .. gap)
         end
-        assert.is_true(#times >= 11, #times .. " tries")
-        assert.is_true(x.lost_at - good <= 3 + 0.1, x.lost_at - good)
+        assert.is_true(#times >= math.floor((good + 3 - times[1]) / 0.25), #times .. " tries")
+        assert.is_true(x.lost_at - good >= 3 - 0.05 and x.lost_at - good <= 3 + 0.2, x.lost_at - good)
       end)
     end)
   end)
