@@ -1369,7 +1369,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return None
         if ident is None and not (method == "GET" and path == "/api/v1/namespaces/kube-public/configmaps/cluster-info"):
             raise HttpError(401, "Unauthorized", "Unauthorized")
-        if path == "/v1-standin/state" and ident and "system:masters" in ident[1]:
+        if path == "/v1-standin/state" and ident and not {"system:nodes", "system:bootstrappers"} & set(ident[1]) \
+                and not ident[0].startswith("supervisor:"):
             if method == "GET":
                 return self.send_json(200, {"entries": c.store.snapshot()})
         if path == "/api" and method == "GET":
@@ -1686,6 +1687,10 @@ class NodeAgent:
                       if t.get("key") != "node.kubernetes.io/unreachable"]
             self.call("PATCH", "/api/v1/nodes/" + self.name, {"spec": {"taints": taints or None}},
                       "application/merge-patch+json")
+
+    def register_then_run(self):
+        self.register()
+        self.run()
 
     def run(self):
         while True:
@@ -2046,6 +2051,10 @@ class PeerSync:
         c = Client(url, ca_pem=self.ca, crt_pem=self.crt, key_pem=self.key)
         self.cluster.store.merge(c.call("GET", "/v1-standin/state", timeout=5)["entries"])
 
+    def register_then_run(self):
+        self.register()
+        self.run()
+
     def run(self):
         while True:
             for url in self.peers():
@@ -2332,6 +2341,1054 @@ def k3s_tool(cmd, args):
         return ctr_main(args)
     sys.stderr.write("crictl is not part of the stand-in\n")
     return 1
+
+
+# ---------------------------------------------------------------- kubeadm and kubelet
+
+KDIR = "/etc/kubernetes"
+PKI = KDIR + "/pki/"
+MANIFESTS = KDIR + "/manifests"
+KUBELET_DIR = "/var/lib/kubelet"
+
+
+def kflags(args):
+    """kubeadm/kubelet flags: --k=v, --k v, -f style; repeated flags become lists only where the tools allow it."""
+    flags, pos = {}, []
+    bools = {"upload-certs", "control-plane", "print-join-command", "discovery-token-unsafe-skip-ca-verification",
+             "force", "f", "y", "yes", "dry-run", "skip-token-print", "skip-certificate-key-print", "version"}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-") and len(a) > 1:
+            k, eq, v = a.lstrip("-").partition("=")
+            if not eq:
+                if k in bools:
+                    v = True
+                elif i + 1 < len(args):
+                    i += 1
+                    v = args[i]
+            flags[k] = v
+        else:
+            pos.append(a)
+        i += 1
+    return flags, pos
+
+
+def extra_args(nr):
+    """kubeletExtraArgs as a map (v1beta3) or a list of name/value (v1beta4)."""
+    ea = nr.get("kubeletExtraArgs") or {}
+    if isinstance(ea, list):
+        return {x["name"]: x.get("value", "") for x in ea}
+    return {k: str(v) for k, v in ea.items()}
+
+
+def load_kubeadm_config(path):
+    docs = {}
+    if not path:
+        return docs
+    text = read_file(path)
+    if text is None:
+        sys.stderr.write("unable to read config from \"%s\" : open %s: no such file or directory\n" % (path, path))
+        sys.exit(1)
+    try:
+        for d in yaml.safe_load_all(text):
+            if isinstance(d, dict) and d.get("kind"):
+                docs[d["kind"]] = d
+    except yaml.YAMLError as e:
+        sys.stderr.write("error unmarshaling configuration: %s\n" % e)
+        sys.exit(1)
+    return docs
+
+
+def vtuple(v):
+    m = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", v or "")
+    return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
+
+
+def init_system():
+    """kubeadm drives systemd when there is one; on other hosts it says so and leaves the kubelet to the operator."""
+    if ROOT or not shutil.which("systemctl") or not os.path.isdir("/run/systemd/system"):
+        return None
+    return "systemd"
+
+
+def start_kubelet():
+    if init_system() is None:
+        print("[kubelet-start] No supported init system detected, won't make sure the kubelet is running properly.")
+        return
+    r = subprocess.run("systemctl daemon-reload && systemctl restart kubelet", shell=True, capture_output=True,
+                       text=True)
+    if r.returncode:
+        print("[kubelet-start] WARNING: unable to start the kubelet service: [%s]" % r.stderr.strip())
+        print("[kubelet-start] Please ensure kubelet is reloaded and running manually.")
+
+
+def wait_for(what, fn, timeout, interval=0.5):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            if fn():
+                return time.time() - t0
+        except (OSError, urllib.error.URLError, ApiError, ValueError):
+            pass
+        time.sleep(interval)
+    return None
+
+
+def phase_fail(phase, msg):
+    sys.stderr.write("error execution phase %s: %s\nTo see the stack trace of this error execute with --v=5 or higher\n"
+                     % (phase, msg))
+    sys.exit(1)
+
+
+def preflight(checks, ignore):
+    errs = [(n, m) for n, m in checks if n.lower() not in ignore and "all" not in ignore]
+    if errs:
+        lines = "".join("\t[ERROR %s]: %s\n" % e for e in errs)
+        sys.stderr.write("error execution phase preflight: [preflight] Some fatal errors occurred:\n%s[preflight] If "
+                         "you know what you are doing, you can make a check non-fatal with "
+                         "`--ignore-preflight-errors=...`\nTo see the stack trace of this error execute with --v=5 or "
+                         "higher\n" % lines)
+        sys.exit(1)
+
+
+def port_free(ip, port):
+    s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((ip, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def new_token():
+    return "%s.%s" % (rand_str(6), rand_str(16))
+
+
+def token_secret(tok, ttl="24h0m0s", groups="system:bootstrappers:kubeadm:default-node-token", usages=None,
+                 description=None):
+    tid, sec = tok.split(".")
+    data = {"token-id": tid, "token-secret": sec, "usage-bootstrap-authentication": "true",
+            "usage-bootstrap-signing": "true", "auth-extra-groups": groups}
+    secs = parse_duration(ttl)
+    if secs:
+        data["expiration"] = rfc3339(now_utc() + datetime.timedelta(seconds=secs))
+    if description:
+        data["description"] = description
+    return {"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+            "metadata": {"name": "bootstrap-token-" + tid, "namespace": "kube-system"},
+            "data": {k: b64(v) for k, v in data.items()}}
+
+
+def parse_duration(s):
+    total = 0
+    for num, unit in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", str(s or "")):
+        total += float(num) * {"h": 3600, "m": 60, "s": 1, "ms": 0.001}[unit]
+    return total
+
+
+def seal(key_hex, data):
+    """kubeadm-certs encryption keyed by the certificate key (HMAC-SHA256 stream + tag: stdlib has no AES)."""
+    key = bytes.fromhex(key_hex)
+    nonce = os.urandom(12)
+    raw = data.encode()
+    stream = b"".join(hmac.new(key, nonce + i.to_bytes(4, "big"), hashlib.sha256).digest()
+                      for i in range(len(raw) // 32 + 1))
+    ct = bytes(a ^ b for a, b in zip(raw, stream))
+    tag = hmac.new(key, b"tag" + nonce + ct, hashlib.sha256).digest()[:16]
+    return b64(nonce + ct + tag)
+
+
+def unseal(key_hex, blob):
+    key = bytes.fromhex(key_hex)
+    raw = base64.b64decode(blob)
+    nonce, ct, tag = raw[:12], raw[12:-16], raw[-16:]
+    if not hmac.compare_digest(tag, hmac.new(key, b"tag" + nonce + ct, hashlib.sha256).digest()[:16]):
+        raise ValueError("cipher: message authentication failed")
+    stream = b"".join(hmac.new(key, nonce + i.to_bytes(4, "big"), hashlib.sha256).digest()
+                      for i in range(len(ct) // 32 + 1))
+    return bytes(a ^ b for a, b in zip(ct, stream)).decode()
+
+
+CERT_FILES = ["ca.crt", "ca.key", "sa.key", "sa.pub", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt",
+              "etcd/ca.key"]
+
+
+def ensure_pki(name, ip, sans, svc_ip):
+    print('[certs] Using certificateDir folder "%s"' % PKI.rstrip("/"))
+    for ca, cn in (("ca", "kubernetes"), ("front-proxy-ca", "front-proxy-ca"), ("etcd/ca", "etcd-ca")):
+        if not os.path.exists(P(PKI + ca + ".crt")):
+            print('[certs] Generating "%s" certificate and key' % ca)
+            make_ca(PKI + ca + ".crt", PKI + ca + ".key", cn, "rsa")
+        else:
+            print('[certs] Using existing %s certificate authority' % ca)
+    all_sans = sorted(set(sans) | {"kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                                   "kubernetes.default.svc.cluster.local", name, svc_ip, ip})
+    if ensure_serving_cert(PKI + "apiserver.crt", PKI + "apiserver.key", PKI + "ca.crt", PKI + "ca.key",
+                           "kube-apiserver", all_sans, kind="rsa"):
+        print('[certs] Generating "apiserver" certificate and key')
+        dns = [s for s in all_sans if not re.match(r"^[0-9.:]+$", s)]
+        ips = [s for s in all_sans if re.match(r"^[0-9.:]+$", s)]
+        print("[certs] apiserver serving cert is signed for DNS names [%s] and IPs [%s]" % (" ".join(dns),
+                                                                                           " ".join(ips)))
+    if not os.path.exists(P(PKI + "sa.key")):
+        print('[certs] Generating "sa" key and public key')
+        write_file(PKI + "sa.key", openssl("genrsa", "2048"), 0o600)
+        write_file(PKI + "sa.pub", openssl("rsa", "-in", P(PKI + "sa.key"), "-pubout"), 0o600)
+
+
+def write_kubeconfigs(name, server, super_admin=True):
+    print('[kubeconfig] Using kubeconfig folder "%s"' % KDIR)
+    ca = read_file(PKI + "ca.crt")
+    files = [("admin.conf", "kubernetes-admin", "kubeadm:cluster-admins")]
+    if super_admin:
+        files.append(("super-admin.conf", "kubernetes-super-admin", "system:masters"))
+    files += [("controller-manager.conf", "system:kube-controller-manager", None),
+              ("scheduler.conf", "system:kube-scheduler", None)]
+    for fname, cn, org in files:
+        if os.path.exists(P(KDIR + "/" + fname)):
+            print('[kubeconfig] Using existing kubeconfig file: "%s/%s"' % (KDIR, fname))
+            continue
+        print('[kubeconfig] Writing "%s" kubeconfig file' % fname)
+        c, k = make_cert(PKI + "ca.crt", PKI + "ca.key", cn, org, client=True, kind="rsa")
+        write_file(KDIR + "/" + fname, kubeconfig_yaml("kubernetes", cn, "%s@kubernetes" % cn, server, ca, c, k),
+                   0o600)
+
+
+def static_manifests(version, ip, port, peers, name, service_cidr, pod_cidr):
+    print('[etcd] Creating static Pod manifest for local etcd in "%s"' % MANIFESTS)
+    cluster = ",".join("%s=https://%s:2380" % (n, a) for n, a in peers + [(name, ip)])
+    etcd = ["etcd", "--advertise-client-urls=https://%s:2379" % ip, "--data-dir=/var/lib/etcd",
+            "--initial-advertise-peer-urls=https://%s:2380" % ip, "--initial-cluster=" + cluster,
+            "--initial-cluster-state=" + ("existing" if peers else "new"), "--name=" + name,
+            "--listen-client-urls=https://127.0.0.1:2379,https://%s:2379" % ip]
+    api = ["kube-apiserver", "--advertise-address=" + ip, "--secure-port=%d" % port,
+           "--client-ca-file=/etc/kubernetes/pki/ca.crt", "--tls-cert-file=/etc/kubernetes/pki/apiserver.crt",
+           "--tls-private-key-file=/etc/kubernetes/pki/apiserver.key", "--etcd-servers=https://127.0.0.1:2379",
+           "--service-cluster-ip-range=" + service_cidr, "--authorization-mode=Node,RBAC",
+           "--enable-bootstrap-token-auth=true"]
+    cm = ["kube-controller-manager", "--kubeconfig=/etc/kubernetes/controller-manager.conf",
+          "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt", "--cluster-signing-key-file=/etc/kubernetes/pki/ca.key"]
+    if pod_cidr:
+        cm += ["--allocate-node-cidrs=true", "--cluster-cidr=" + pod_cidr]
+    sched = ["kube-scheduler", "--kubeconfig=/etc/kubernetes/scheduler.conf"]
+    images = {"etcd": "registry.k8s.io/etcd:3.6.5-0"}
+    for comp, cmd in (("etcd", etcd), ("kube-apiserver", api), ("kube-controller-manager", cm),
+                      ("kube-scheduler", sched)):
+        if comp != "etcd":
+            print('[control-plane] Creating static Pod manifest for "%s"' % comp)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": comp, "namespace": "kube-system",
+                                                                "labels": {"component": comp, "tier": "control-plane"}},
+               "spec": {"hostNetwork": True, "priorityClassName": "system-node-critical", "containers": [
+                   {"name": comp, "image": images.get(comp, "registry.k8s.io/%s:%s" % (comp, version)),
+                    "command": cmd}]}, "status": {}}
+        write_file(MANIFESTS + "/%s.yaml" % comp, yaml.safe_dump(pod, default_flow_style=False), 0o600)
+
+
+def set_manifest_version(version):
+    for comp in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        path = MANIFESTS + "/%s.yaml" % comp
+        pod = load_yaml_file(path)
+        if pod:
+            pod["spec"]["containers"][0]["image"] = "registry.k8s.io/%s:%s" % (comp, version)
+            write_file(path, yaml.safe_dump(pod, default_flow_style=False), 0o600)
+
+
+def kubelet_files(kubelet_cfg, flags_env):
+    print('[kubelet-start] Writing kubelet environment file with flags to file "%s/kubeadm-flags.env"' % KUBELET_DIR)
+    write_file(KUBELET_DIR + "/kubeadm-flags.env", 'KUBELET_KUBEADM_ARGS="%s"\n' % " ".join(flags_env), 0o644)
+    print('[kubelet-start] Writing kubelet configuration to file "%s/config.yaml"' % KUBELET_DIR)
+    write_file(KUBELET_DIR + "/config.yaml", kubelet_cfg, 0o644)
+
+
+def kubelet_config_text(user):
+    cfg = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+           "cgroupDriver": "systemd", "clusterDNS": ["10.96.0.10"], "clusterDomain": "cluster.local",
+           "staticPodPath": MANIFESTS, "healthzBindAddress": "127.0.0.1", "healthzPort": 10248,
+           "rotateCertificates": True, "authentication": {"x509": {"clientCAFile": PKI + "ca.crt"}}}
+    cfg.update({k: v for k, v in (user or {}).items() if k not in ("apiVersion", "kind")})
+    return yaml.safe_dump(cfg, default_flow_style=False)
+
+
+def flags_env(nr, ip):
+    ea = extra_args(nr)
+    out = ["--container-runtime-endpoint=" + nr.get("criSocket", "unix:///var/run/containerd/containerd.sock"),
+           "--pod-infra-container-image=registry.k8s.io/pause:3.10"]
+    if nr.get("name"):
+        out.append("--hostname-override=" + nr["name"])
+    if ip and "node-ip" not in ea:
+        out.append("--node-ip=" + ip)
+    out += ["--%s=%s" % (k, v) for k, v in sorted(ea.items())]
+    return out
+
+
+def admin_client(path=KDIR + "/admin.conf"):
+    server, ca, crt, key, token = kubeconfig_parts(path)
+    if not server:
+        sys.stderr.write("failed to load admin kubeconfig: open %s: no such file or directory\n" % path)
+        sys.exit(1)
+    return Client(server, ca_pem=ca, crt_pem=crt, key_pem=key, token=token)
+
+
+def ensure_object(client, path, obj):
+    try:
+        client.call("POST", path, obj)
+    except ApiError as e:
+        if e.code != 409:
+            raise
+        client.call("PUT", path + "/" + obj["metadata"]["name"], obj)
+
+
+def mark_control_plane(client, name, taints):
+    print("[mark-control-plane] Marking the node %s as control-plane by adding the labels: "
+          "[node-role.kubernetes.io/control-plane node.kubernetes.io/exclude-from-external-load-balancers]" % name)
+    if taints:
+        print("[mark-control-plane] Marking the node %s as control-plane by adding the taints [%s]"
+              % (name, " ".join("%s:%s" % (t["key"], t["effect"]) for t in taints)))
+    if wait_for("node", lambda: client.call("GET", "/api/v1/nodes/" + name), 240) is None:
+        phase_fail("mark-control-plane", 'error patching node "%s" through apiserver: timed out waiting for the '
+                   'condition' % name)
+    node = client.call("GET", "/api/v1/nodes/" + name)
+    have = node.get("spec", {}).get("taints", [])
+    merged = have + [t for t in taints if not any(h["key"] == t["key"] and h["effect"] == t["effect"] for h in have)]
+    client.call("PATCH", "/api/v1/nodes/" + name, {"metadata": {"labels": {
+        "node-role.kubernetes.io/control-plane": "", "node.kubernetes.io/exclude-from-external-load-balancers": ""}},
+        "spec": {"taints": merged or None}}, "application/merge-patch+json")
+
+
+def node_reg(docs, kind, flags):
+    nr = dict(docs.get(kind, {}).get("nodeRegistration") or {})
+    if flags.get("node-name"):
+        nr["name"] = flags["node-name"]
+    nr.setdefault("name", hostname())
+    nr["name"] = nr["name"].lower()
+    return nr
+
+
+def kubeadm_init(args):
+    flags, _ = kflags(args)
+    docs = load_kubeadm_config(flags.get("config"))
+    ic, cc = docs.get("InitConfiguration", {}), docs.get("ClusterConfiguration", {})
+    kv = engine_version("upstream")
+    version = str(flags.get("kubernetes-version") or cc.get("kubernetesVersion") or kv)
+    if version in ("stable", "stable-1", "latest"):
+        version = kv
+    version = "v" + version.lstrip("v")
+    if vtuple(version)[:2] < (vtuple(kv)[0], vtuple(kv)[1] - 1):
+        phase_fail("preflight", "this version of kubeadm only supports deploying clusters with the control plane "
+                   "version >= v%d.%d.0. Current version: %s" % (vtuple(kv)[0], vtuple(kv)[1] - 1, version))
+    print("[init] Using Kubernetes version: %s" % version)
+    if vtuple(version)[:2] > vtuple(kv)[:2]:
+        print("[init] WARNING: Kubernetes version is greater than kubeadm version. Please consider to upgrade kubeadm."
+              " Kubernetes version: %s. Kubeadm version: %d.%d.x" % (version.lstrip("v"), *vtuple(kv)[:2]))
+    nr = node_reg(docs, "InitConfiguration", flags)
+    name = nr["name"]
+    ep = ic.get("localAPIEndpoint") or {}
+    ip = str(flags.get("apiserver-advertise-address") or ep.get("advertiseAddress") or
+             extra_args(nr).get("node-ip") or first_private_address())
+    port = int(flags.get("apiserver-bind-port") or ep.get("bindPort") or 6443)
+    cpe = str(flags.get("control-plane-endpoint") or cc.get("controlPlaneEndpoint") or "%s:%d" % (ip, port))
+    if ":" not in cpe:
+        cpe += ":%d" % port
+    net = cc.get("networking") or {}
+    svc_cidr = str(flags.get("service-cidr") or net.get("serviceSubnet") or "10.96.0.0/12")
+    pod_cidr = str(flags.get("pod-network-cidr") or net.get("podSubnet") or "")
+    svc_ip = re.sub(r"\.0/\d+$", ".1", svc_cidr)
+    taints = nr.get("taints")
+    if taints is None:
+        taints = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+    ignore = {x.strip().lower() for x in str(flags.get("ignore-preflight-errors", "")).split(",") if x}
+    ignore |= {x.lower() for x in nr.get("ignorePreflightErrors") or []}
+    print("[preflight] Running pre-flight checks")
+    checks = []
+    for f in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"):
+        if os.path.exists(P(MANIFESTS + "/%s.yaml" % f)):
+            checks.append(("FileAvailable--etc-kubernetes-manifests-%s.yaml" % f,
+                           "%s/%s.yaml already exists" % (MANIFESTS, f)))
+    if not port_free(ip, port):
+        checks.append(("Port-%d" % port, "Port %d is in use" % port))
+    if os.path.isdir(P("/var/lib/etcd")) and os.listdir(P("/var/lib/etcd")):
+        checks.append(("DirAvailable--var-lib-etcd", "/var/lib/etcd is not empty"))
+    preflight(checks, ignore)
+    print("[preflight] Pulling images required for setting up a Kubernetes cluster")
+    print("[preflight] This might take a minute or two, depending on the speed of your internet connection")
+    sans = [str(s) for s in (cc.get("apiServer") or {}).get("certSANs") or []] + [cpe.rsplit(":", 1)[0]]
+    ensure_pki(name, ip, sans, svc_ip)
+    write_kubeconfigs(name, "https://" + cpe)
+    static_manifests(version, ip, port, [], name, svc_cidr, pod_cidr)
+    kubelet_files(kubelet_config_text(docs.get("KubeletConfiguration")), flags_env(nr, ip))
+    kc, kk = make_cert(PKI + "ca.crt", PKI + "ca.key", "system:node:" + name, "system:nodes", client=True, kind="rsa")
+    write_file(KDIR + "/kubelet.conf", kubeconfig_yaml("kubernetes", "system:node:" + name,
+                                                      "system:node:%s@kubernetes" % name, "https://%s:%d" % (ip, port),
+                                                      read_file(PKI + "ca.crt"), kc, kk), 0o600)
+    print("[kubelet-start] Starting the kubelet")
+    start_kubelet()
+    print('[wait-control-plane] Waiting for the kubelet to boot up the control plane as static Pods from directory '
+          '"%s"' % MANIFESTS)
+    print("[kubelet-check] Waiting for a healthy kubelet at http://127.0.0.1:10248/healthz. This can take up to 4m0s")
+    took = wait_for("kubelet", lambda: urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=2).read(), 240)
+    if took is None:
+        print("[kubelet-check] The kubelet is not healthy after 4m0s\n\nUnfortunately, an error has occurred, likely "
+              "caused by:\n\t- The kubelet is not running\n\t- The kubelet is unhealthy due to a misconfiguration of "
+              "the node in some way (required cgroups disabled)")
+        phase_fail("wait-control-plane", "failed while waiting for the kubelet to start: The HTTP call equal to 'curl "
+                   "-sSL http://127.0.0.1:10248/healthz' returned error: Get \"http://127.0.0.1:10248/healthz\": dial "
+                   "tcp 127.0.0.1:10248: connect: connection refused")
+    print("[kubelet-check] The kubelet is healthy after %.6fs" % took)
+    print("[control-plane-check] Waiting for healthy control plane components. This can take up to 4m0s")
+    print("[control-plane-check] Checking kube-apiserver at https://%s:%d/livez" % (ip, port))
+    sadmin = admin_client(KDIR + "/super-admin.conf")
+    took = wait_for("apiserver", lambda: sadmin.raw("GET", "/livez", timeout=2), 240)
+    if took is None:
+        phase_fail("wait-control-plane", "kube-apiserver check failed at https://%s:%d/livez: context deadline exceeded"
+                   % (ip, port))
+    print("[control-plane-check] kube-apiserver is healthy after %.6fs" % took)
+    print('[upload-config] Storing the configuration used in ConfigMap "kubeadm-config" in the "kube-system" Namespace')
+    ccfg = dict(cc, apiVersion=cc.get("apiVersion", "kubeadm.k8s.io/v1beta4"), kind="ClusterConfiguration",
+                kubernetesVersion=version, controlPlaneEndpoint=cpe,
+                networking=dict(net, serviceSubnet=svc_cidr, **({"podSubnet": pod_cidr} if pod_cidr else {})))
+    ensure_object(sadmin, "/api/v1/namespaces/kube-system/configmaps", {"metadata": {"name": "kubeadm-config",
+                  "namespace": "kube-system"}, "data": {"ClusterConfiguration": yaml.safe_dump(ccfg)}})
+    print('[kubelet] Creating a ConfigMap "kubelet-config" in namespace kube-system with the configuration for the '
+          'kubelets in the cluster')
+    ensure_object(sadmin, "/api/v1/namespaces/kube-system/configmaps", {"metadata": {"name": "kubelet-config",
+                  "namespace": "kube-system"}, "data": {"kubelet": read_file(KUBELET_DIR + "/config.yaml")}})
+    cert_key = str(flags.get("certificate-key") or ic.get("certificateKey") or "")
+    if flags.get("upload-certs"):
+        cert_key = cert_key or os.urandom(32).hex()
+        upload_certs(sadmin, cert_key)
+    else:
+        print("[upload-certs] Skipping phase. Please see --upload-certs")
+    mark_control_plane(sadmin, name, taints)
+    tokens = [str(t.get("token")) for t in ic.get("bootstrapTokens") or [] if t.get("token")]
+    if flags.get("token"):
+        tokens = [str(flags["token"])]
+    tokens = tokens or [new_token()]
+    for tok in tokens:
+        if not re.match(r"^[a-z0-9]{6}\.[a-z0-9]{16}$", tok):
+            phase_fail("bootstrap-token", 'the bootstrap token "%s" was not of the form "\\\\A([a-z0-9]{6})\\\\.'
+                       '([a-z0-9]{16})\\\\z"' % tok)
+    print("[bootstrap-token] Using token: %s" % tokens[0])
+    print("[bootstrap-token] Configuring bootstrap tokens, cluster-info ConfigMap, RBAC Roles")
+    ttl = next((t.get("ttl") for t in ic.get("bootstrapTokens") or [] if t.get("ttl")), None)
+    ttl = str(flags.get("token-ttl") or ttl or "24h0m0s")
+    for tok in tokens:
+        ensure_object(sadmin, "/api/v1/namespaces/kube-system/secrets", token_secret(tok, ttl))
+    ca = read_file(PKI + "ca.crt")
+    print('[bootstrap-token] Creating the "cluster-info" ConfigMap in the "kube-public" namespace')
+    info = "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: %s\n    server: https://%s\n  " \
+           "name: \"\"\ncontexts: null\ncurrent-context: \"\"\nkind: Config\npreferences: {}\nusers: null\n" % (b64(ca),
+                                                                                                            cpe)
+    ensure_object(sadmin, "/api/v1/namespaces/kube-public/configmaps", {"metadata": {"name": "cluster-info",
+                  "namespace": "kube-public"}, "data": {"kubeconfig": info}})
+    # the bootstrap signer runs in the apiserver process: make it sign now that cluster-info exists
+    ensure_object(sadmin, "/api/v1/namespaces/kube-system/secrets", token_secret(tokens[0], ttl))
+    print('[kubelet-finalize] Updating "%s/kubelet.conf" to point to a rotatable kubelet client certificate and key'
+          % KDIR)
+    print("[addons] Applied essential addon: CoreDNS")
+    print("[addons] Applied essential addon: kube-proxy")
+    h = ca_pubkey_hash(ca)
+    print("\nYour Kubernetes control-plane has initialized successfully!\n\nTo start using your cluster, you need to "
+          "run the following as a regular user:\n\n  mkdir -p $HOME/.kube\n  sudo cp -i /etc/kubernetes/admin.conf "
+          "$HOME/.kube/config\n  sudo chown $(id -u):$(id -g) $HOME/.kube/config\n\nAlternatively, if you are the "
+          "root user, you can run:\n\n  export KUBECONFIG=/etc/kubernetes/admin.conf\n\nYou should now deploy a pod "
+          "network to the cluster.\nRun \"kubectl apply -f [podnetwork].yaml\" with one of the options listed at:\n"
+          "  https://kubernetes.io/docs/concepts/cluster-administration/addons/\n")
+    if cert_key and flags.get("upload-certs"):
+        print("You can now join any number of control-plane nodes running the following command on each as root:\n\n"
+              "  kubeadm join %s --token %s \\\n\t--discovery-token-ca-cert-hash %s \\\n\t--control-plane "
+              "--certificate-key %s\n\nPlease note that the certificate-key gives access to cluster sensitive data, "
+              "keep it secret!\nAs a safeguard, uploaded-certs will be deleted in two hours; If necessary, you can use"
+              "\n\"kubeadm init phase upload-certs --upload-certs\" to reload certs afterward.\n"
+              % (cpe, tokens[0], h, cert_key))
+    else:
+        print("You can now join any number of control-plane nodes by copying certificate authorities\nand service "
+              "account keys on each node and then running the following as root:\n\n  kubeadm join %s --token %s "
+              "\\\n\t--discovery-token-ca-cert-hash %s \\\n\t--control-plane \n" % (cpe, tokens[0], h))
+    print("Then you can join any number of worker nodes by running the following on each as root:\n\nkubeadm join %s "
+          "--token %s \\\n\t--discovery-token-ca-cert-hash %s " % (cpe, tokens[0], h))
+    return 0
+
+
+def upload_certs(client, cert_key):
+    print('[upload-certs] Storing the certificates in Secret "kubeadm-certs" in the "kube-system" Namespace')
+    data = {f.replace("/", "-"): seal(cert_key, read_file(PKI + f)) for f in CERT_FILES if read_file(PKI + f)}
+    ensure_object(client, "/api/v1/namespaces/kube-system/secrets", {"metadata": {"name": "kubeadm-certs",
+                  "namespace": "kube-system"}, "type": "Opaque", "data": {k: b64(v) for k, v in data.items()}})
+    print("[upload-certs] Using certificate key:\n%s" % cert_key)
+
+
+def discover(endpoint, token, hashes, unsafe, timeout):
+    """Token discovery: cluster-info fetched anonymously, its JWS checked with the token, the CA with the pins."""
+    tid, secret = token.split(".")
+    anon = Client("https://" + endpoint)
+    t0 = time.time()
+    while True:
+        try:
+            cm = anon.call("GET", "/api/v1/namespaces/kube-public/configmaps/cluster-info", timeout=10)
+            data = cm.get("data", {})
+            jws = data.get("jws-kubeconfig-" + tid)
+            if jws:
+                break
+            msg = ('[discovery] The cluster-info ConfigMap does not yet contain a JWS signature for token ID "%s", '
+                   'will try again' % tid)
+            final = 'could not find a JWS signature in the cluster-info ConfigMap for token ID "%s"' % tid
+        except (ApiError, OSError, urllib.error.URLError) as e:
+            reason = getattr(e, "reason", e)
+            msg = ('[discovery] Failed to request cluster-info, will try again: Get "https://%s/api/v1/namespaces/'
+                   'kube-public/configmaps/cluster-info?timeout=10s": %s' % (endpoint, reason))
+            final = "failed to request the cluster-info ConfigMap: %s" % reason
+        print(msg)
+        if time.time() - t0 > timeout:
+            phase_fail("preflight", "couldn't validate the identity of the API Server: " + final)
+        time.sleep(min(5, max(timeout / 10, 0.5)))
+    if not jws_verify(jws, data["kubeconfig"], secret):
+        phase_fail("preflight", "couldn't validate the identity of the API Server: failed to verify JWS signature of "
+                   "received cluster info object, can't trust this API Server")
+    ca = unb64(yaml.safe_load(data["kubeconfig"])["clusters"][0]["cluster"]["certificate-authority-data"])
+    h = ca_pubkey_hash(ca)
+    if not unsafe and h not in hashes:
+        phase_fail("preflight", 'couldn\'t validate the identity of the API Server: cluster CA found in cluster-info '
+                   'ConfigMap is invalid: none of the public keys "%s" are pinned' % h)
+    print("[discovery] Cluster info signature and contents are valid and %s, will use API Server \"%s\""
+          % ("TLS certificate validates against pinned roots" if not unsafe else "no TLS pinning was specified",
+             endpoint))
+    return ca
+
+
+def kubeadm_join(args):
+    flags, pos = kflags(args)
+    docs = load_kubeadm_config(flags.get("config"))
+    jc = docs.get("JoinConfiguration", {})
+    disc = (jc.get("discovery") or {})
+    bt = disc.get("bootstrapToken") or {}
+    endpoint = str(pos[0] if pos else bt.get("apiServerEndpoint") or "")
+    token = str(flags.get("token") or flags.get("discovery-token") or bt.get("token") or disc.get("tlsBootstrapToken")
+                or "")
+    hashes = [flags["discovery-token-ca-cert-hash"]] if flags.get("discovery-token-ca-cert-hash") else \
+        [str(h) for h in bt.get("caCertHashes") or []]
+    unsafe = bool(flags.get("discovery-token-unsafe-skip-ca-verification") or bt.get("unsafeSkipCAVerification"))
+    cp = jc.get("controlPlane")
+    control = bool(flags.get("control-plane")) or cp is not None
+    cert_key = str(flags.get("certificate-key") or (cp or {}).get("certificateKey") or "")
+    if not endpoint or not token:
+        sys.stderr.write("discovery: Invalid value: \"\": bootstrapToken or file must be set\n")
+        return 1
+    if not hashes and not unsafe:
+        sys.stderr.write('discovery.bootstrapToken: Invalid value: "": using token-based discovery without '
+                         'caCertHashes can be unsafe. Set unsafeSkipCAVerification as true in your kubeadm config file '
+                         'or pass --discovery-token-unsafe-skip-ca-verification flag to continue\n')
+        return 1
+    nr = node_reg(docs, "JoinConfiguration", flags)
+    name = nr["name"]
+    lep = (cp or {}).get("localAPIEndpoint") or {}
+    ip = str(flags.get("apiserver-advertise-address") or lep.get("advertiseAddress") or extra_args(nr).get("node-ip")
+             or first_private_address())
+    port = int(flags.get("apiserver-bind-port") or lep.get("bindPort") or 6443)
+    ignore = {x.strip().lower() for x in str(flags.get("ignore-preflight-errors", "")).split(",") if x}
+    print("[preflight] Running pre-flight checks")
+    checks = []
+    for f in (KDIR + "/kubelet.conf", KDIR + "/bootstrap-kubelet.conf", PKI + "ca.crt"):
+        if os.path.exists(P(f)):
+            checks.append(("FileAvailable-" + f.replace("/", "-"), "%s already exists" % f))
+    if control and not port_free(ip, port):
+        checks.append(("Port-%d" % port, "Port %d is in use" % port))
+    preflight(checks, ignore)
+    timeout = parse_duration(disc.get("timeout") or "5m0s")
+    ca = discover(endpoint, token, hashes, unsafe, timeout)
+    boot = Client("https://" + endpoint, ca_pem=ca, token=token)
+    print("[preflight] Reading configuration from the cluster...")
+    print("[preflight] FYI: You can look at this config file with 'kubectl -n kube-system get cm kubeadm-config "
+          "-o yaml'")
+    try:
+        ccfg = yaml.safe_load(boot.call("GET", "/api/v1/namespaces/kube-system/configmaps/kubeadm-config")["data"][
+            "ClusterConfiguration"])
+        kcfg = boot.call("GET", "/api/v1/namespaces/kube-system/configmaps/kubelet-config")["data"]["kubelet"]
+    except ApiError as e:
+        phase_fail("preflight", "unable to fetch the kubeadm-config ConfigMap: %s" % e)
+    cpe = ccfg.get("controlPlaneEndpoint") or endpoint
+    if control:
+        print("[preflight] Running pre-flight checks before initializing the new control plane instance")
+        if not cert_key:
+            phase_fail("control-plane-prepare/download-certs", "unable to download certificates: a certificate key "
+                       "is required (--certificate-key)")
+        print('[download-certs] Downloading the certificates in Secret "kubeadm-certs" in the "kube-system" Namespace')
+        try:
+            sec = boot.call("GET", "/api/v1/namespaces/kube-system/secrets/kubeadm-certs")
+            for f in CERT_FILES:
+                blob = sec["data"].get(f.replace("/", "-"))
+                if blob:
+                    write_file(PKI + f, unseal(cert_key, unb64(blob)), 0o600 if f.endswith(".key") else 0o644)
+        except ApiError as e:
+            phase_fail("control-plane-prepare/download-certs", 'error downloading certs: error downloading the '
+                       'secret: secret "kubeadm-certs" was not found' if e.code == 404 else str(e))
+        except ValueError as e:
+            phase_fail("control-plane-prepare/download-certs", "error downloading certs: error decoding certificate "
+                       "key: %s" % e)
+        net = ccfg.get("networking") or {}
+        svc_cidr = net.get("serviceSubnet", "10.96.0.0/12")
+        ensure_pki(name, ip, [str(s) for s in (ccfg.get("apiServer") or {}).get("certSANs") or []] +
+                   [cpe.rsplit(":", 1)[0]], re.sub(r"\.0/\d+$", ".1", svc_cidr))
+        write_kubeconfigs(name, "https://" + cpe, super_admin=False)
+        members = []
+        nodes = boot_nodes(boot)
+        for n in nodes:
+            if "node-role.kubernetes.io/control-plane" in n["metadata"].get("labels", {}):
+                a = next((x["address"] for x in n["status"].get("addresses", []) if x["type"] == "InternalIP"), None)
+                if a and n["metadata"]["name"] != name:
+                    members.append((n["metadata"]["name"], a))
+        if not members:
+            members = [("seed", cpe.rsplit(":", 1)[0])]
+        print("[etcd] Announced new etcd member joining to the existing etcd cluster")
+        static_manifests(ccfg.get("kubernetesVersion", engine_version("upstream")), ip, port, members, name,
+                         svc_cidr, net.get("podSubnet", ""))
+    else:
+        write_file(PKI + "ca.crt", ca, 0o644)
+    write_file(KDIR + "/bootstrap-kubelet.conf", kubeconfig_yaml("kubernetes", "tls-bootstrap-token-user",
+                                                                "tls-bootstrap-token-user@kubernetes",
+                                                                "https://" + cpe, ca, token=token), 0o600)
+    user_kc = docs.get("KubeletConfiguration")
+    kubelet_files(kubelet_config_text(dict(yaml.safe_load(kcfg) or {}, **(user_kc or {}))),
+                  flags_env(nr, ip) + (["--register-with-taints=" + ",".join(
+                      "%s%s:%s" % (t["key"], "=" + t["value"] if t.get("value") else "", t["effect"])
+                      for t in nr["taints"])] if nr.get("taints") and not control else []))
+    print("[kubelet-start] Starting the kubelet")
+    start_kubelet()
+    print("[kubelet-check] Waiting for a healthy kubelet at http://127.0.0.1:10248/healthz. This can take up to 4m0s")
+    print("[kubelet-start] Waiting for the kubelet to perform the TLS Bootstrap")
+    if wait_for("tls bootstrap", lambda: os.path.exists(P(KDIR + "/kubelet.conf")), 240) is None:
+        phase_fail("kubelet-start", "timed out waiting for the condition")
+    if control:
+        admin = admin_client()
+        print("[control-plane-join] Using the existing \"kube-apiserver\" at https://%s:%d" % (ip, port))
+        local = Client("https://%s:%d" % (ip, port), ca_pem=ca, crt_pem=admin_client_parts()[0],
+                       key_pem=admin_client_parts()[1])
+        if wait_for("apiserver", lambda: local.raw("GET", "/livez", timeout=2), 240) is None:
+            phase_fail("control-plane-join", "kube-apiserver did not become healthy")
+        taints = nr.get("taints")
+        if taints is None:
+            taints = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+        mark_control_plane(admin, name, taints)
+        print("\nThis node has joined the cluster and a new control plane instance was created:\n\n* Certificate "
+              "signing request was sent to apiserver and approval was received.\n* The Kubelet was informed of the "
+              "new secure connection details.\n* Control plane label and taint were applied to the new node.\n* The "
+              "Kubernetes control plane instances scaled up.\n* A new etcd member was added to the local/stacked etcd "
+              "cluster.\n\nTo start administering your cluster from this node, you need to run the following as a "
+              "regular user:\n\n\tmkdir -p $HOME/.kube\n\tsudo cp -i /etc/kubernetes/admin.conf $HOME/.kube/config\n"
+              "\tsudo chown $(id -u):$(id -g) $HOME/.kube/config\n\nRun 'kubectl get nodes' to see this node join the "
+              "cluster.\n")
+    else:
+        print("\nThis node has joined the cluster:\n* Certificate signing request was sent to apiserver and a response "
+              "was received.\n* The Kubelet was informed of the new secure connection details.\n\nRun 'kubectl get "
+              "nodes' on the control-plane to see this node join the cluster.\n")
+    return 0
+
+
+def admin_client_parts():
+    _, _, crt, key, _ = kubeconfig_parts(KDIR + "/admin.conf")
+    return crt, key
+
+
+def boot_nodes(client):
+    """Control-plane members, read with the cluster's admin view when the token allows it (it does not: ask the
+    seed endpoint's nodes through the bootstrap client, which may only GET named nodes)."""
+    try:
+        return client.call("GET", "/api/v1/nodes").get("items", [])
+    except ApiError:
+        return []
+
+
+def kubeadm_token(args):
+    flags, pos = kflags(args)
+    sub = pos[0] if pos else "list"
+    kc = str(flags.get("kubeconfig") or KDIR + "/admin.conf")
+    if sub == "generate":
+        print(new_token())
+        return 0
+    client = admin_client(kc)
+    if sub == "create":
+        tok = pos[1] if len(pos) > 1 else new_token()
+        if not re.match(r"^[a-z0-9]{6}\.[a-z0-9]{16}$", tok):
+            sys.stderr.write('token "%s" was not of the form "\\\\A([a-z0-9]{6})\\\\.([a-z0-9]{16})\\\\z"\n' % tok)
+            return 1
+        ensure_object(client, "/api/v1/namespaces/kube-system/secrets",
+                      token_secret(tok, str(flags.get("ttl") or "24h0m0s"), description=flags.get("description")))
+        if flags.get("print-join-command"):
+            server = client.server.replace("https://", "")
+            ca = kubeconfig_parts(kc)[1]
+            print("kubeadm join %s --token %s --discovery-token-ca-cert-hash %s " % (server, tok, ca_pubkey_hash(ca)))
+        else:
+            print(tok)
+        return 0
+    if sub == "list":
+        items = client.call("GET", "/api/v1/namespaces/kube-system/secrets").get("items", [])
+        rows = []
+        for s in items:
+            if s.get("type") != "bootstrap.kubernetes.io/token":
+                continue
+            d = {k: unb64(v) for k, v in s.get("data", {}).items()}
+            exp = d.get("expiration")
+            ttl = "<forever>" if not exp else human_duration((parse_time(exp) - now_utc()).total_seconds())
+            usages = ",".join(sorted(k[len("usage-bootstrap-"):] for k, v in d.items()
+                                     if k.startswith("usage-bootstrap-") and v == "true"))
+            rows.append(("%s.%s" % (d.get("token-id"), d.get("token-secret")), ttl, exp or "<never>", usages,
+                         d.get("description", "<none>"), d.get("auth-extra-groups", "")))
+        if rows:
+            print("%-24s %-11s %-22s %-24s %-13s %s" % ("TOKEN", "TTL", "EXPIRES", "USAGES", "DESCRIPTION",
+                                                       "EXTRA GROUPS"))
+            for r in rows:
+                print("%-24s %-11s %-22s %-24s %-13s %s" % r)
+        return 0
+    if sub == "delete":
+        for tok in pos[1:]:
+            tid = tok.split(".")[0]
+            try:
+                client.call("DELETE", "/api/v1/namespaces/kube-system/secrets/bootstrap-token-" + tid)
+                print('bootstrap token "%s" deleted' % tid)
+            except ApiError:
+                sys.stderr.write('bootstrap token "%s" not found\n' % tid)
+                return 1
+        return 0
+    sys.stderr.write('unknown command "%s" for "kubeadm token"\n' % sub)
+    return 1
+
+
+def kubeadm_upgrade(args):
+    flags, pos = kflags(args)
+    sub = pos[0] if pos else ""
+    kv = engine_version("upstream")
+    if sub == "node":
+        client = admin_client(KDIR + "/admin.conf" if os.path.exists(P(KDIR + "/admin.conf")) else KDIR + "/kubelet.conf")
+        ccfg = yaml.safe_load(client.call("GET", "/api/v1/namespaces/kube-system/configmaps/kubeadm-config")["data"][
+            "ClusterConfiguration"])
+        print("[upgrade] Reading configuration from the cluster...")
+        if os.path.exists(P(MANIFESTS + "/kube-apiserver.yaml")):
+            print("[upgrade] Upgrading your Static Pod-hosted control plane instance to version \"%s\"..."
+                  % ccfg["kubernetesVersion"])
+            set_manifest_version(ccfg["kubernetesVersion"])
+        else:
+            print("[upgrade] Skipping phase. Not a control plane node.")
+        print("[upgrade] The configuration for this node was successfully updated!\n[upgrade] Now you should go "
+              "ahead and upgrade the kubelet package using your package manager.")
+        return 0
+    client = admin_client()
+    cm = client.call("GET", "/api/v1/namespaces/kube-system/configmaps/kubeadm-config")
+    ccfg = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    cur = ccfg.get("kubernetesVersion", kv)
+    if sub == "plan":
+        print("[upgrade/config] Reading configuration from the cluster...\n[preflight] Running pre-flight checks.\n"
+              "[upgrade] Running cluster health checks\n[upgrade] Fetching available versions to upgrade to\n"
+              "[upgrade/versions] Cluster version: %s\n[upgrade/versions] kubeadm version: %s" % (cur, kv))
+        if vtuple(kv) > vtuple(cur):
+            print("\nUpgrade to the latest stable version:\n\nCOMPONENT                 NODE      CURRENT   TARGET\n"
+                  "kube-apiserver                      %s   %s\n\nYou can now apply the upgrade by executing the "
+                  "following command:\n\n\tkubeadm upgrade apply %s\n" % (cur, kv, kv))
+        else:
+            print("\nAwesome, you're up-to-date! Enjoy!")
+        return 0
+    if sub == "apply":
+        target = "v" + str(pos[1] if len(pos) > 1 else kv).lstrip("v")
+        print("[upgrade] Reading configuration from the cluster...\n[preflight] Running pre-flight checks.\n"
+              "[upgrade] Running cluster health checks\n[upgrade/version] You have chosen to change the cluster "
+              "version to \"%s\"\n[upgrade/versions] Cluster version: %s\n[upgrade/versions] kubeadm version: %s"
+              % (target, cur, kv))
+        if vtuple(target) > vtuple(kv) and not flags.get("force"):
+            sys.stderr.write("[upgrade/version] FATAL: the --version argument is invalid due to these errors:\n\n\t- "
+                             "Specified version to upgrade to \"%s\" is higher than the kubeadm version \"%s\". "
+                             "Upgrade kubeadm first using the tool you used to install kubeadm\n\nCan be bypassed if "
+                             "you pass the --force flag\nTo see the stack trace of this error execute with --v=5 or "
+                             "higher\n" % (target, kv))
+            return 1
+        if not (flags.get("y") or flags.get("yes") or flags.get("force")):
+            sys.stdout.write("[upgrade] Are you sure you want to proceed? [y/N]: ")
+            sys.stdout.flush()
+            if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+                sys.stderr.write("won't proceed; the user didn't answer (Y|y) in order to continue\n")
+                return 1
+        print('[upgrade/staticpods] Writing new Static Pod manifests to "%s"' % MANIFESTS)
+        set_manifest_version(target)
+        ccfg["kubernetesVersion"] = target
+        cm["data"]["ClusterConfiguration"] = yaml.safe_dump(ccfg)
+        client.call("PUT", "/api/v1/namespaces/kube-system/configmaps/kubeadm-config", cm)
+
+        def upgraded():
+            return client.call("GET", "/version", timeout=2).get("gitVersion") == target
+        if wait_for("apiserver", upgraded, 300) is None:
+            phase_fail("upgrade", "timed out waiting for the kube-apiserver to report %s" % target)
+        print('[upgrade/successful] SUCCESS! Your cluster was upgraded to "%s". Enjoy!\n\n[upgrade/kubelet] Now that '
+              'your control plane is upgraded, please proceed with upgrading your kubelets if you haven\'t already '
+              'done so.' % target)
+        return 0
+    sys.stderr.write('unknown command "%s" for "kubeadm upgrade"\n' % sub)
+    return 1
+
+
+def kubeadm_reset(args):
+    flags, _ = kflags(args)
+    if not (flags.get("f") or flags.get("force")):
+        sys.stdout.write("W%s reset.go] [reset] WARNING: Changes made to this host by 'kubeadm init' or 'kubeadm "
+                         "join' will be reverted.\n[reset] Are you sure you want to proceed? [y/N]: "
+                         % now_utc().strftime("%m%d %H:%M:%S"))
+        sys.stdout.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            sys.stderr.write("won't proceed; the user didn't answer (Y|y) in order to continue\n")
+            return 1
+    cp = os.path.exists(P(MANIFESTS + "/etcd.yaml"))
+    print("[preflight] Running pre-flight checks")
+    if init_system():
+        print("[reset] Stopping the kubelet service")
+        subprocess.run(["systemctl", "stop", "kubelet"], capture_output=True)
+    else:
+        print("[reset] Couldn't detect a kubelet service, can't stop it")
+    print('[reset] Unmounting mounted directories in "%s"' % KUBELET_DIR)
+    dirs = [MANIFESTS, KUBELET_DIR, PKI.rstrip("/")]
+    if cp:
+        print("[reset] Deleting contents of etcd directory: /var/lib/etcd")
+        dirs.append("/var/lib/etcd")
+    for d in dirs:
+        for f in glob.glob(P(d) + "/*") + glob.glob(P(d) + "/.*"):
+            shutil.rmtree(f, ignore_errors=True) if os.path.isdir(f) and not os.path.islink(f) else os.unlink(f)
+    print("[reset] Deleting contents of directories: [%s]" % " ".join(d for d in dirs if d != "/var/lib/etcd"))
+    files = ["admin.conf", "super-admin.conf", "kubelet.conf", "bootstrap-kubelet.conf", "controller-manager.conf",
+             "scheduler.conf"]
+    for f in files:
+        if os.path.exists(P(KDIR + "/" + f)):
+            os.unlink(P(KDIR + "/" + f))
+    print("[reset] Deleting files: [%s]" % " ".join(KDIR + "/" + f for f in files))
+    print("\nThe reset process does not clean CNI configuration. To do so, you must remove /etc/cni/net.d\n\nThe reset "
+          "process does not reset or clean up iptables rules or IPVS tables.\nIf you wish to reset iptables, you must "
+          "do so manually by using the \"iptables\" command.\n\nThe reset process does not clean your kubeconfig files "
+          "and you must remove them manually.\nPlease, check the contents of the $HOME/.kube/config file.")
+    return 0
+
+
+def kubeadm_main(args):
+    kv = engine_version("upstream")
+    flags, pos = kflags(args)
+    cmd = pos[0] if pos else ""
+    if cmd == "version":
+        info = {"major": str(vtuple(kv)[0]), "minor": str(vtuple(kv)[1]), "gitVersion": kv,
+                "gitCommit": commit_of(kv, 40), "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": GO_VERSION, "compiler": "gc", "platform": "linux/amd64"}
+        out = flags.get("o") or flags.get("output")
+        if out == "short":
+            print(kv)
+        elif out == "json":
+            print(json.dumps({"clientVersion": info}, indent=2))
+        elif out == "yaml":
+            print(yaml.safe_dump({"clientVersion": info}, default_flow_style=False).rstrip())
+        else:
+            print("kubeadm version: &version.Info{Major:\"%s\", Minor:\"%s\", GitVersion:\"%s\", GitCommit:\"%s\", "
+                  "GitTreeState:\"clean\", BuildDate:\"%s\", GoVersion:\"%s\", Compiler:\"gc\", "
+                  "Platform:\"linux/amd64\"}" % (info["major"], info["minor"], kv, info["gitCommit"],
+                                                 info["buildDate"], GO_VERSION))
+        return 0
+    rest = args[args.index(cmd) + 1:] if cmd in args else []
+    if cmd == "init" and rest[:2] == ["phase", "upload-certs"]:
+        f2, _ = kflags(rest[2:])
+        key = str(f2.get("certificate-key") or os.urandom(32).hex())
+        upload_certs(admin_client(), key)
+        return 0
+    if cmd == "init":
+        return kubeadm_init(rest)
+    if cmd == "join":
+        return kubeadm_join(rest)
+    if cmd == "token":
+        return kubeadm_token(rest)
+    if cmd == "upgrade":
+        return kubeadm_upgrade(rest)
+    if cmd == "reset":
+        return kubeadm_reset(rest)
+    if cmd == "certs" and rest[:1] == ["certificate-key"]:
+        print(os.urandom(32).hex())
+        return 0
+    sys.stderr.write('unknown command "%s" for "kubeadm"\n' % cmd)
+    return 1
+
+
+def kubelet_main(args):
+    log = Logger("klog")
+    v = engine_version("upstream")
+    flags, _ = kflags(args)
+    if flags.get("version"):
+        print("Kubernetes " + v)
+        return 0
+    cfg_path = flags.get("config")
+    if not cfg_path or read_file(cfg_path) is None:
+        log.error('"command failed" err="failed to load kubelet config file, path: %s, error: failed to load Kubelet '
+                  'config file %s, error failed to read kubelet config file \\"%s\\", error: open %s: no such file or '
+                  'directory"' % (cfg_path, cfg_path, cfg_path, cfg_path))
+        return 1
+    kcfg = load_yaml_file(cfg_path) or {}
+    kubeconfig = flags.get("kubeconfig") or KDIR + "/kubelet.conf"
+    bootstrap = flags.get("bootstrap-kubeconfig")
+    name = str(flags.get("hostname-override") or hostname()).lower()
+    ip = str(flags.get("node-ip") or first_private_address())
+    on_term()
+    if not os.path.exists(P(kubeconfig)):
+        if not bootstrap or not os.path.exists(P(bootstrap)):
+            log.error('"command failed" err="failed to run Kubelet: unable to load bootstrap kubeconfig: stat %s: no '
+                      'such file or directory"' % (bootstrap or KDIR + "/bootstrap-kubelet.conf"))
+            return 1
+        tls_bootstrap(bootstrap, kubeconfig, name, log)
+    mstatic = str(kcfg.get("staticPodPath") or MANIFESTS)
+    api = load_yaml_file(mstatic + "/kube-apiserver.yaml")
+    if api:
+        start_static_apiserver(api, load_yaml_file(mstatic + "/etcd.yaml"), name, log)
+    hz = (str(kcfg.get("healthzBindAddress") or "127.0.0.1"), int(kcfg.get("healthzPort") or 10248))
+    threading.Thread(target=healthz_server, args=(hz, log), daemon=True).start()
+    server, ca, crt, key, token = kubeconfig_parts(kubeconfig)
+    labels = parse_labels([flags.get("node-labels", "")])
+    taints = [parse_taint(t) for t in str(flags.get("register-with-taints", "")).split(",") if t]
+
+    def network_ready(agent):
+        for f in glob.glob(P("/etc/cni/net.d") + "/*"):
+            if f.endswith((".conf", ".conflist", ".json")):
+                return True
+        try:
+            dss = agent.call("GET", "/apis/apps/v1/daemonsets").get("items", [])
+        except (ApiError, OSError, urllib.error.URLError):
+            return False
+        return any(d["metadata"]["name"] != "kube-proxy" for d in dss)
+    agent = NodeAgent("upstream", name, ip, v, labels, taints, [Client(server, ca_pem=ca, crt_pem=crt, key_pem=key,
+                                                                        token=token)], log, network_ready)
+    log.info('"Starting kubelet" version="%s" node="%s"' % (v, name))
+    sd_notify("READY=1")
+    threading.Thread(target=agent.register_then_run, daemon=True).start()
+    watch = [mstatic, cfg_path, kubeconfig]
+    before = tree_digest(watch)
+    while True:
+        time.sleep(2)
+        if tree_digest(watch) != before:
+            # a changed static pod (kubeadm upgrade) or config restarts what runs from it: re-exec the kubelet
+            log.info('"Static pod manifests or kubelet configuration changed, restarting"')
+            sys.stderr.flush()
+            os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:]
+                     if os.path.basename(sys.argv[0]) in ("standin", "standin.py") else
+                     [sys.executable, os.path.abspath(sys.argv[0])] + sys.argv[1:])
+
+
+def tree_digest(paths):
+    h = hashlib.sha256()
+    for p in paths:
+        for f in sorted(glob.glob(P(p) + "/*") if os.path.isdir(P(p)) else [P(p)]):
+            h.update(f.encode())
+            try:
+                with open(f, "rb") as fh:
+                    h.update(fh.read())
+            except OSError:
+                h.update(b"-")
+    return h.hexdigest()
+
+
+def healthz_server(addr, log):
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"ok"
+            self.send_response(200 if self.path.startswith("/healthz") else 404)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    while True:
+        try:
+            http.server.ThreadingHTTPServer(addr, H).serve_forever()
+        except OSError as e:
+            log.error('"Failed to start healthz server" err="%s"' % e)
+            time.sleep(5)
+
+
+def tls_bootstrap(bootstrap, kubeconfig, name, log):
+    """The kubelet's TLS bootstrap: a CSR posted with the bootstrap token, signed by the controller manager."""
+    server, ca, _, _, token = kubeconfig_parts(bootstrap)
+    client = Client(server, ca_pem=ca, token=token)
+    with tempfile.TemporaryDirectory() as d:
+        openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                "-keyout", d + "/k", "-out", d + "/csr", "-subj", "/O=system:nodes/CN=system:node:" + name)
+        key = open(d + "/k").read()
+        csr = open(d + "/csr").read()
+    body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"generateName": "csr-"}, "spec": {"request": b64(csr), "usages": [
+                "digital signature", "client auth"], "signerName": "kubernetes.io/kube-apiserver-client-kubelet"}}
+    while True:
+        try:
+            made = client.call("POST", "/apis/certificates.k8s.io/v1/certificatesigningrequests", body)
+            break
+        except (ApiError, OSError, urllib.error.URLError) as e:
+            log.error('"Failed to request signed certificate from the API server" err="%s"' % e)
+            if isinstance(e, ApiError) and e.code == 401:
+                sys.exit(1)
+            time.sleep(2)
+    cert = None
+    while not cert:
+        got = client.call("GET", "/apis/certificates.k8s.io/v1/certificatesigningrequests/" + made["metadata"]["name"])
+        cert = got.get("status", {}).get("certificate")
+        time.sleep(0.2 if not cert else 0)
+    stamp_ = now_utc().strftime("%Y-%m-%d-%H-%M-%S")
+    pem = KUBELET_DIR + "/pki/kubelet-client-%s.pem" % stamp_
+    write_file(pem, unb64(cert) + key, 0o600)
+    cur = P(KUBELET_DIR + "/pki/kubelet-client-current.pem")
+    if os.path.lexists(cur):
+        os.unlink(cur)
+    os.symlink(P(pem), cur)
+    write_file(kubeconfig, "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: %s\n    server: %s\n"
+               "  name: default-cluster\ncontexts:\n- context:\n    cluster: default-cluster\n    namespace: default\n"
+               "    user: default-auth\n  name: default-context\ncurrent-context: default-context\nkind: Config\n"
+               "preferences: {}\nusers:\n- name: default-auth\n  user:\n    client-certificate: %s\n    client-key: "
+               "%s\n" % (b64(ca), server, KUBELET_DIR + "/pki/kubelet-client-current.pem",
+                         KUBELET_DIR + "/pki/kubelet-client-current.pem"), 0o600)
+    log.info('"Certificate rotation detected, shutting down client connections to start using new credentials"')
+
+
+def start_static_apiserver(pod, etcd, name, log):
+    """The kube-apiserver static pod, run in the kubelet's process: version from the image tag, flags from the
+    command, state in etcd's data dir, peers from etcd's initial cluster."""
+    c = pod["spec"]["containers"][0]
+    fl = dict(a[2:].split("=", 1) for a in c.get("command", []) if a.startswith("--") and "=" in a)
+    version = c["image"].rsplit(":", 1)[1]
+    ip = fl.get("advertise-address", first_private_address())
+    port = int(fl.get("secure-port", 6443))
+    efl = dict(a[2:].split("=", 1) for a in ((etcd or {}).get("spec", {}).get("containers", [{}])[0]
+                                             .get("command", [])) if a.startswith("--") and "=" in a)
+    data_dir = efl.get("data-dir", "/var/lib/etcd")
+    seeds = []
+    for member in efl.get("initial-cluster", "").split(","):
+        if "=" in member:
+            host = urllib.parse.urlsplit(member.split("=", 1)[1]).hostname
+            if host and host != ip:
+                seeds.append("https://%s:%d" % (host, port))
+    store = Store(data_dir + "/standin-state.json", name)
+    admin_crt, admin_key = make_cert(PKI + "ca.crt", PKI + "ca.key", "kube-apiserver-peer", "system:masters",
+                                     client=True, kind="rsa")
+    ca = read_file(PKI + "ca.crt")
+    if seeds and not store.entries:
+        sync = PeerSync(None, ca, admin_crt, admin_key, log)
+        for _ in range(30):
+            try:
+                store.merge(Client(seeds[0], ca_pem=ca, crt_pem=admin_crt, key_pem=admin_key).call(
+                    "GET", "/v1-standin/state", timeout=5)["entries"])
+                break
+            except (ApiError, OSError, urllib.error.URLError) as e:
+                log.error('"Waiting for etcd peer" peer="%s" err="%s"' % (seeds[0], e))
+                time.sleep(1)
+        del sync
+    cluster = Cluster("upstream", store, version, fl.get("tls-cert-file", PKI + "ca.crt") and PKI + "ca.crt",
+                      PKI + "ca.key", fl.get("client-ca-file", PKI + "ca.crt"), PKI + "ca.key", ip, port, port, log)
+    on_term(store.flush)
+    if not store.entries:
+        init_cluster_objects(cluster, re.sub(r"\.0/\d+$", ".1", fl.get("service-cluster-ip-range", "10.96.0.0/12")))
+    serve(cluster, None, listen_addrs(ip, port, fl.get("bind-address")), fl.get("tls-cert-file", PKI + "apiserver.crt"),
+          fl.get("tls-private-key-file", PKI + "apiserver.key"), fl.get("client-ca-file", PKI + "ca.crt"))
+    threading.Thread(target=PeerSync(cluster, ca, admin_crt, admin_key, log, seeds).run, daemon=True).start()
+    threading.Thread(target=cluster.monitor, daemon=True).start()
+    log.info('"Static pod running" pod="kube-system/kube-apiserver-%s" version="%s" address="%s:%d"'
+             % (name, version, ip, port))
+
 
 
 # ---------------------------------------------------------------- ctr (for hosts without Debian's containerd)
