@@ -1373,6 +1373,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 and not ident[0].startswith("supervisor:"):
             if method == "GET":
                 return self.send_json(200, {"entries": c.store.snapshot()})
+            if method == "POST":
+                c.store.merge((self.body() or {}).get("entries", {}))
+                return self.send_json(200, {})
         if path == "/api" and method == "GET":
             return self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": "%s:%d" % (c.self_ip, c.api_port)}]})
@@ -2048,8 +2051,10 @@ class PeerSync:
         return sorted(urls - {"https://%s:%d" % (self.cluster.self_ip, self.cluster.api_port)})
 
     def pull(self, url):
+        """Pull the peer's state and push ours: a server that joined is known to the others from its first push."""
         c = Client(url, ca_pem=self.ca, crt_pem=self.crt, key_pem=self.key)
         self.cluster.store.merge(c.call("GET", "/v1-standin/state", timeout=5)["entries"])
+        c.call("POST", "/v1-standin/state", {"entries": self.cluster.store.snapshot()}, timeout=5)
 
     def register_then_run(self):
         self.register()
@@ -2728,8 +2733,10 @@ def kubeadm_init(args):
     start_kubelet()
     print('[wait-control-plane] Waiting for the kubelet to boot up the control plane as static Pods from directory '
           '"%s"' % MANIFESTS)
-    print("[kubelet-check] Waiting for a healthy kubelet at http://127.0.0.1:10248/healthz. This can take up to 4m0s")
-    took = wait_for("kubelet", lambda: urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=2).read(), 240)
+    kl = docs.get("KubeletConfiguration") or {}
+    hz = "http://%s:%s/healthz" % (kl.get("healthzBindAddress") or "127.0.0.1", kl.get("healthzPort") or 10248)
+    print("[kubelet-check] Waiting for a healthy kubelet at %s. This can take up to 4m0s" % hz)
+    took = wait_for("kubelet", lambda: urllib.request.urlopen(hz, timeout=2).read(), 240)
     if took is None:
         print("[kubelet-check] The kubelet is not healthy after 4m0s\n\nUnfortunately, an error has occurred, likely "
               "caused by:\n\t- The kubelet is not running\n\t- The kubelet is unhealthy due to a misconfiguration of "
@@ -3367,7 +3374,6 @@ def start_static_apiserver(pod, etcd, name, log):
                                      client=True, kind="rsa")
     ca = read_file(PKI + "ca.crt")
     if seeds and not store.entries:
-        sync = PeerSync(None, ca, admin_crt, admin_key, log)
         for _ in range(30):
             try:
                 store.merge(Client(seeds[0], ca_pem=ca, crt_pem=admin_crt, key_pem=admin_key).call(
@@ -3376,9 +3382,7 @@ def start_static_apiserver(pod, etcd, name, log):
             except (ApiError, OSError, urllib.error.URLError) as e:
                 log.error('"Waiting for etcd peer" peer="%s" err="%s"' % (seeds[0], e))
                 time.sleep(1)
-        del sync
-    cluster = Cluster("upstream", store, version, fl.get("tls-cert-file", PKI + "ca.crt") and PKI + "ca.crt",
-                      PKI + "ca.key", fl.get("client-ca-file", PKI + "ca.crt"), PKI + "ca.key", ip, port, port, log)
+    cluster = Cluster("upstream", store, version, PKI + "ca.crt", PKI + "ca.key", fl.get("client-ca-file", PKI + "ca.crt"), PKI + "ca.key", ip, port, port, log)
     on_term(store.flush)
     if not store.entries:
         init_cluster_objects(cluster, re.sub(r"\.0/\d+$", ".1", fl.get("service-cluster-ip-range", "10.96.0.0/12")))
