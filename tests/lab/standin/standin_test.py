@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # standin_test: the stand-in engines as processes on loopback, driven by the real openssl and Debian's real kubectl.
 # Each node is a process with its own STANDIN_ROOT (its "/"), its own 127.77.x.y address, and real ports.
+import fcntl
 import io
 import json
 import os
@@ -477,4 +478,7 @@ if __name__ == "__main__":
             sys.stderr.write("standin_test: %s is missing (contrib/deps.sh installs python3, python3-yaml, "
                              "kubernetes-client and openssl)\n" % need)
             sys.exit(1)
+    # the nodes use fixed 127.77.x.y addresses and real ports: two runs on one machine (two build trees) take turns
+    lock = open(os.path.join(tempfile.gettempdir(), "standin-test.lock"), "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     unittest.main(verbosity=2)
