@@ -1505,6 +1505,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class TLSServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # many agents connect at once after a restart
 
     def __init__(self, addr, handler, ctx):
         self.address_family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
