@@ -457,6 +457,36 @@ healthzBindAddress: 127.77.4.3
             self.assertFalse(os.path.exists(k2 + f), f)
 
 
+class Cri(Base):
+    def test_kubelet_and_kubeadm_need_containerd_where_it_is_installed(self):
+        import socket
+        lab = self.lab
+        r = lab.root("c1")
+        lab.write(r, "/usr/bin/containerd", "", 0o755)
+        lab.write(r, "/var/lib/kubelet/config.yaml", "kind: KubeletConfiguration\n")
+        out = lab.run(r, "kubelet", "--config=/var/lib/kubelet/config.yaml", check=False)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn('validate CRI v1 runtime API for endpoint \\"unix:///var/run/containerd/containerd.sock', out.stderr)
+        lab.write(r, "/etc/kubernetes/k.yaml", "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n"
+                  "localAPIEndpoint:\n  advertiseAddress: 127.77.5.2\n")
+        out = lab.run(r, "kubeadm", "init", "--config", "/etc/kubernetes/k.yaml", check=False)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("[ERROR CRI]: container runtime is not running", out.stderr)
+        os.makedirs(r + "/var/run/containerd")
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(r + "/var/run/containerd/containerd.sock")
+        sock.listen(1)
+        try:
+            out = lab.run(r, "kubeadm", "init", "--config", "/etc/kubernetes/k.yaml", check=False, timeout=5)
+        except subprocess.TimeoutExpired:
+            out = None  # past preflight: it waits for a kubelet, which is what we wanted to see
+        finally:
+            sock.close()
+        if out is not None:
+            self.assertNotIn("[ERROR CRI]", out.stderr)
+        self.assertTrue(os.path.exists(r + "/etc/kubernetes/pki/ca.crt"))  # init went on past its preflight
+
+
 class Ctr(Base):
     def test_ctr_import_checks_archives(self):
         r = self.lab.root("c")
