@@ -44,7 +44,8 @@ GO_VERSION = "go1.24.6"
 ROOT = os.environ.get("STANDIN_ROOT", "")
 # How long a node may stay silent before it is NotReady (the node controller's node-monitor-grace-period).
 NODE_GRACE = float(os.environ.get("STANDIN_NODE_GRACE", "40"))
-HEARTBEAT = float(os.environ.get("STANDIN_HEARTBEAT", "2"))
+# How often a node renews its lease (the kubelet's default: a quarter of the 40 s lease).
+HEARTBEAT = float(os.environ.get("STANDIN_HEARTBEAT", "10"))
 
 
 def P(path):
@@ -669,12 +670,13 @@ class Store:
                 return True
             return False
 
-    def snapshot(self):
+    def snapshot(self, since=0):
+        """Entries stamped after `since` (ns): peers exchange only what changed since their last round."""
         with self.lock:
             now = time.time()
             for k in [k for k, e in self.entries.items() if e["o"] is None and now - e.get("t", now) > 600]:
                 del self.entries[k]
-            return copy.deepcopy(self.entries)
+            return copy.deepcopy({k: e for k, e in self.entries.items() if e["s"][0] > since})
 
     def merge(self, remote):
         changed = False
@@ -1374,7 +1376,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/v1-standin/state" and ident and not {"system:nodes", "system:bootstrappers"} & set(ident[1]) \
                 and not ident[0].startswith("supervisor:"):
             if method == "GET":
-                return self.send_json(200, {"entries": c.store.snapshot()})
+                return self.send_json(200, {"entries": c.store.snapshot(int(query.get("since") or 0))})
             if method == "POST":
                 c.store.merge((self.body() or {}).get("entries", {}))
                 return self.send_json(200, {})
@@ -1702,8 +1704,8 @@ class NodeAgent:
         while True:
             try:
                 self.beat()
-            except (ApiError, OSError, urllib.error.URLError) as e:
-                self.log.error("Failed to update lease: %s" % e)
+            except Exception as e:  # a heartbeat that dies silently would make a live node NotReady
+                self.log.error("Failed to update lease: %s" % getattr(e, "reason", e))
             time.sleep(HEARTBEAT)
 
 
@@ -2042,6 +2044,7 @@ class PeerSync:
         self.ca, self.crt, self.key = ca, crt, key
         self.seeds = list(seeds)
         self.failing = set()
+        self.pulled, self.pushed = {}, {}
 
     def peers(self):
         urls = set(self.seeds)
@@ -2053,26 +2056,38 @@ class PeerSync:
                         urls.add("https://%s:%d" % (a["address"], self.cluster.api_port))
         return sorted(urls - {"https://%s:%d" % (self.cluster.self_ip, self.cluster.api_port)})
 
-    def pull(self, url):
-        """Pull the peer's state and push ours: a server that joined is known to the others from its first push."""
+    def pull(self, url, full):
+        """Pull the peer's changes and push ours: a server that joined is known to the others from its first push.
+        Changes only, by stamp, with a full exchange now and then (stamps from another writer may be older)."""
         c = Client(url, ca_pem=self.ca, crt_pem=self.crt, key_pem=self.key)
-        self.cluster.store.merge(c.call("GET", "/v1-standin/state", timeout=5)["entries"])
-        c.call("POST", "/v1-standin/state", {"entries": self.cluster.store.snapshot()}, timeout=5)
+        since = 0 if full else self.pulled.get(url, 0)
+        got = c.call("GET", "/v1-standin/state?since=%d" % since, timeout=5)["entries"]
+        self.cluster.store.merge(got)
+        if got:
+            self.pulled[url] = max(e["s"][0] for e in got.values())
+        mark = time.time_ns()
+        mine = self.cluster.store.snapshot(0 if full else self.pushed.get(url, 0))
+        if mine:
+            c.call("POST", "/v1-standin/state", {"entries": mine}, timeout=5)
+        self.pushed[url] = mark - 2 * 10 ** 9
 
     def register_then_run(self):
         self.register()
         self.run()
 
     def run(self):
+        rounds = 0
         while True:
+            full = rounds % 30 == 0
             for url in self.peers():
                 try:
-                    self.pull(url)
+                    self.pull(url, full or url in self.failing)
                     self.failing.discard(url)
-                except (ApiError, OSError, urllib.error.URLError, ValueError) as e:
+                except Exception as e:  # a peer that is down or half up must not stop the sync
                     if url not in self.failing:
-                        self.log.info("Peer %s unreachable: %s" % (url, e))
+                        self.log.info("Peer %s unreachable: %s" % (url, getattr(e, "reason", e)))
                     self.failing.add(url)
+            rounds += 1
             time.sleep(1)
 
 
