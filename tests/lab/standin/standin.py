@@ -157,6 +157,25 @@ def hostname():
     return socket.gethostname().split(".")[0].lower()
 
 
+def go_errno(e):
+    """An OS error worded as Go's net package words it (what the engines' logs say)."""
+    import errno
+    e = getattr(e, "reason", e)
+    if isinstance(e, socket.timeout) or "timed out" in str(e):
+        return "i/o timeout"
+    if isinstance(e, socket.gaierror):
+        return "no such host"
+    words = {errno.ECONNREFUSED: "connection refused", errno.EHOSTUNREACH: "no route to host",
+             errno.ENETUNREACH: "network is unreachable", errno.EADDRINUSE: "address already in use",
+             errno.EADDRNOTAVAIL: "cannot assign requested address", errno.ECONNRESET: "connection reset by peer"}
+    return words.get(getattr(e, "errno", None), str(e))
+
+
+def dial_error(url, e):
+    u = urllib.parse.urlsplit(url)
+    return "dial tcp %s:%d: connect: %s" % (u.hostname, u.port or 443, go_errno(e))
+
+
 class Logger:
     """logrus text lines (rke2, k3s) or klog lines (kubelet), on stderr, where the journal or svlogd reads."""
 
@@ -1525,7 +1544,11 @@ def serve(cluster, extra, addrs, crt, key, client_ca_crt):
     handler = type("BoundHandler", (Handler,), {"cluster": cluster, "extra": staticmethod(extra) if extra else None})
     servers = []
     for addr in addrs:
-        srv = TLSServer(addr, handler, ctx)
+        try:
+            srv = TLSServer(addr, handler, ctx)
+        except OSError as e:
+            cluster.log.fatal("starting kubernetes: preparing server: listen tcp %s:%d: bind: %s"
+                              % (addr[0], addr[1], go_errno(e)))
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         servers.append(srv)
     return servers
@@ -1947,7 +1970,7 @@ class RancherNode:
                 self.log.fatal("Failed to validate connection to cluster at %s: failed to get CA certs: %s"
                                % (url, err))
             except (OSError, urllib.error.URLError) as err:
-                self.log.error("failed to get CA certs: Get \"%s/cacerts\": %s" % (url, getattr(err, "reason", err)))
+                self.log.error("failed to get CA certs: Get \"%s/cacerts\": %s" % (url, dial_error(url, err)))
                 time.sleep(2)
         got = hashlib.sha256(ca.encode()).hexdigest()
         if ca_hash and got != ca_hash:
@@ -1967,7 +1990,7 @@ class RancherNode:
                 self.log.info("Waiting to retrieve agent configuration; server is not ready: %s"
                               % (err.body.decode(errors="replace").strip() or err))
             except (OSError, urllib.error.URLError) as err:
-                self.log.info("Waiting to retrieve agent configuration; server is not ready: %s" % err)
+                self.log.info("Waiting to retrieve agent configuration; server is not ready: %s" % dial_error(url, err))
             time.sleep(2)
         blocks = re.findall(r"-----BEGIN [^-]+-----.*?-----END [^-]+-----\n?", pem, re.S)
         crt = "".join(b for b in blocks if "PRIVATE KEY" not in b)
@@ -2188,7 +2211,7 @@ def rancher_server(engine, cfg, log):
             except ApiError as err:
                 log.fatal("starting kubernetes: preparing server: failed to bootstrap cluster data: %s" % err)
             except (OSError, urllib.error.URLError) as err:
-                log.info("Waiting to bootstrap cluster data from %s: %s" % (url, err))
+                log.info("Waiting to bootstrap cluster data from %s: %s" % (url, dial_error(url, err)))
                 time.sleep(2)
         got = hashlib.sha256(boot["files"]["server-ca.crt"].encode()).hexdigest()
         if ca_hash and got != ca_hash:
@@ -2887,7 +2910,7 @@ def discover(endpoint, token, hashes, unsafe, timeout):
                    'will try again' % tid)
             final = 'could not find a JWS signature in the cluster-info ConfigMap for token ID "%s"' % tid
         except (ApiError, OSError, urllib.error.URLError) as e:
-            reason = getattr(e, "reason", e)
+            reason = e if isinstance(e, ApiError) else dial_error("https://" + endpoint, e)
             msg = ('[discovery] Failed to request cluster-info, will try again: Get "https://%s/api/v1/namespaces/'
                    'kube-public/configmaps/cluster-info?timeout=10s": %s' % (endpoint, reason))
             final = "failed to request the cluster-info ConfigMap: %s" % reason
