@@ -16,8 +16,9 @@ bin() {  # name, path: the program, stamped with VERSION when given
 unit() {  # file, dir
   mkdir -p "$dest$2"; install -m 0644 "$here/systemd/$1" "$dest$2/$1"
 }
-sv() {  # runit service directory
-  mkdir -p "$dest/etc/sv"; rm -rf "${dest:?}/etc/sv/$1"; cp -a "$here/runit/$1" "$dest/etc/sv/$1"
+sv() {  # runit service directory; files replaced in place, so a running service's supervise/ survives
+  mkdir -p "$dest/etc/sv/$1/log"
+  for f in run finish log/run; do install -m 0755 "$here/runit/$1/$f" "$dest/etc/sv/$1/$f"; done
 }
 case $engine in
   rke2)
