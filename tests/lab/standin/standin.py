@@ -1930,6 +1930,28 @@ def token_from(cfg, key):
     return str(v).strip() if v not in (None, "") else None
 
 
+def check_engine_files(engine, cfg, server, log):
+    """Files the real engine reads at start and dies on when they are missing or not YAML: registries.yaml
+    (optional), and on servers the audit policy and the pod security admission config when configured."""
+    reg = str(cfg.get("private-registry") or "/etc/rancher/%s/registries.yaml" % engine)
+    keys = [("private-registry", reg, False)]
+    if server:
+        keys += [(k, str(cfg[k]), True) for k in ("audit-policy-file", "pod-security-admission-config-file")
+                 if cfg.get(k)]
+    for key, path, required in keys:
+        text = read_file(path)
+        if text is None:
+            if required:
+                log.fatal("Error: %s: open %s: no such file or directory" % (key, path))
+            continue
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            log.fatal("Error: failed to load %s %s: %s" % (key, path, str(e).replace("\n", " ")))
+        if data is not None and not isinstance(data, dict):
+            log.fatal("Error: failed to load %s %s: not a map" % (key, path))
+
+
 class RancherNode:
     """What rke2 and k3s share: naming, paths, the node password, joining a server, the embedded agent."""
 
@@ -2033,6 +2055,7 @@ def rancher_agent(engine, cfg, log):
         log.fatal("Error: --token is required")
     on_term()
     log.info("Starting %s agent %s (%s)" % (engine, n.version, commit_of(n.version, 8)))
+    check_engine_files(engine, cfg, False, log)
     images = import_image_dir(engine, n.data, log)
     _, user, pw = parse_token(token)
     ca, crt, key, conf = n.fetch_credentials(str(url).rstrip("/"), pw, "node" if user != "server" else "server")
@@ -2192,6 +2215,7 @@ def rancher_server(engine, cfg, log):
     tls = n.data + "/server/tls/"
     on_term()
     log.info("Starting %s %s (%s)" % (engine, n.version, commit_of(n.version, 8)))
+    check_engine_files(engine, cfg, True, log)
     join = cfg.get("server")
     token = token_from(cfg, "token")
     if cfg.get("token-file") and token is None:

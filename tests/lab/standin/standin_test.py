@@ -315,6 +315,22 @@ class K3s(Base):
         self.assertIn("registry.lab/app:1.0", json.dumps(self.nodes(kc)["s1"]["status"]["images"]))
 
 
+class EngineFiles(Base):
+    def test_missing_audit_policy_and_bad_registries_stop_the_start(self):
+        r = self.lab.root("e1")
+        self.lab.write(r, "/etc/rancher/rke2/config.yaml", "node-ip: 127.77.6.2\naudit-policy-file: "
+                       "/etc/rancher/rke2/audit.yaml\n")
+        out = self.lab.run(r, "rke2", "server", check=False, timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("audit-policy-file: open /etc/rancher/rke2/audit.yaml: no such file or directory", out.stderr)
+        self.lab.write(r, "/etc/rancher/rke2/config.yaml", "node-ip: 127.77.6.2\nserver: https://127.77.6.3:9345\n"
+                       "token: x\n")
+        self.lab.write(r, "/etc/rancher/rke2/registries.yaml", "mirrors: [unclosed\n")
+        out = self.lab.run(r, "rke2", "agent", check=False, timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("failed to load private-registry /etc/rancher/rke2/registries.yaml", out.stderr)
+
+
 class Rke2(Base):
     def test_servers_and_agent_join_on_9345(self):
         lab = self.lab
