@@ -1095,7 +1095,8 @@ class Cluster:
         if kind == "Node" and old is None:
             self.ensure_node_pods(new)
             self.bind_pending()
-        elif kind == "Node" and (old.get("spec", {}).get("unschedulable") and not new.get("spec", {}).get("unschedulable")
+        elif kind == "Node" and (old.get("spec", {}).get("unschedulable")
+                                 and not new.get("spec", {}).get("unschedulable")
                                  or node_status_word(new) != node_status_word(old)):
             self.bind_pending()
         elif kind == "Secret" and new.get("type") == "bootstrap.kubernetes.io/token":
@@ -1618,7 +1619,8 @@ class NodeAgent:
         def cond(typ, status, why, msg):
             return {"type": typ, "status": status, "lastHeartbeatTime": t, "lastTransitionTime": t,
                     "reason": why, "message": msg}
-        return [cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        return [cond("MemoryPressure", "False", "KubeletHasSufficientMemory",
+                     "kubelet has sufficient memory available"),
                 cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
                 cond("Ready", "True" if ready else "False", reason, message)]
@@ -2662,7 +2664,8 @@ def static_manifests(version, ip, port, peers, name, service_cidr, pod_cidr):
            "--service-cluster-ip-range=" + service_cidr, "--authorization-mode=Node,RBAC",
            "--enable-bootstrap-token-auth=true"]
     cm = ["kube-controller-manager", "--kubeconfig=/etc/kubernetes/controller-manager.conf",
-          "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt", "--cluster-signing-key-file=/etc/kubernetes/pki/ca.key"]
+          "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt",
+          "--cluster-signing-key-file=/etc/kubernetes/pki/ca.key"]
     if pod_cidr:
         cm += ["--allocate-node-cidrs=true", "--cluster-cidr=" + pod_cidr]
     sched = ["kube-scheduler", "--kubeconfig=/etc/kubernetes/scheduler.conf"]
@@ -3162,7 +3165,8 @@ def kubeadm_upgrade(args):
     sub = pos[0] if pos else ""
     kv = engine_version("upstream")
     if sub == "node":
-        client = admin_client(KDIR + "/admin.conf" if os.path.exists(P(KDIR + "/admin.conf")) else KDIR + "/kubelet.conf")
+        have_admin = os.path.exists(P(KDIR + "/admin.conf"))
+        client = admin_client(KDIR + "/admin.conf" if have_admin else KDIR + "/kubelet.conf")
         ccfg = yaml.safe_load(client.call("GET", "/api/v1/namespaces/kube-system/configmaps/kubeadm-config")["data"][
             "ClusterConfiguration"])
         print("[upgrade] Reading configuration from the cluster...")
@@ -3480,7 +3484,8 @@ def start_static_apiserver(pod, etcd, name, log):
             except (ApiError, OSError, urllib.error.URLError) as e:
                 log.error('"Waiting for etcd peer" peer="%s" err="%s"' % (seeds[0], e))
                 time.sleep(1)
-    cluster = Cluster("upstream", store, version, PKI + "ca.crt", PKI + "ca.key", fl.get("client-ca-file", PKI + "ca.crt"), PKI + "ca.key", ip, port, port, log)
+    cluster = Cluster("upstream", store, version, PKI + "ca.crt", PKI + "ca.key",
+                      fl.get("client-ca-file", PKI + "ca.crt"), PKI + "ca.key", ip, port, port, log)
     on_term(store.flush)
     if not store.entries:
         init_cluster_objects(cluster, re.sub(r"\.0/\d+$", ".1", fl.get("service-cluster-ip-range", "10.96.0.0/12")))

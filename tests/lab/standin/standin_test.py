@@ -340,7 +340,8 @@ class Rke2(Base):
         lab.start(r1, "rke2", "server")
         kc = r1 + "/etc/rancher/rke2/rke2.yaml"
         wait(lambda: os.path.exists(kc) and self.ready(kc, "r1") == "True", 60, "rke2 r1")
-        self.assertRegex(open(r1 + "/var/lib/rancher/rke2/server/agent-token").read(), r"^K10[0-9a-f]{64}::node:agentpw")
+        self.assertRegex(open(r1 + "/var/lib/rancher/rke2/server/agent-token").read(),
+                         r"^K10[0-9a-f]{64}::node:agentpw")
         # an extra server needs the server token: the agent token is refused
         r2 = lab.root("r2")
         lab.write(r2, "/etc/rancher/rke2/config.yaml", "node-name: r2\nnode-ip: 127.77.3.3\ntoken: agentpw\n"
@@ -482,7 +483,8 @@ class Cri(Base):
         lab.write(r, "/var/lib/kubelet/config.yaml", "kind: KubeletConfiguration\n")
         out = lab.run(r, "kubelet", "--config=/var/lib/kubelet/config.yaml", check=False)
         self.assertEqual(out.returncode, 1)
-        self.assertIn('validate CRI v1 runtime API for endpoint \\"unix:///var/run/containerd/containerd.sock', out.stderr)
+        self.assertIn('validate CRI v1 runtime API for endpoint \\"unix:///var/run/containerd/containerd.sock',
+                      out.stderr)
         lab.write(r, "/etc/kubernetes/k.yaml", "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n"
                   "localAPIEndpoint:\n  advertiseAddress: 127.77.5.2\n")
         out = lab.run(r, "kubeadm", "init", "--config", "/etc/kubernetes/k.yaml", check=False)
