@@ -765,6 +765,19 @@ def table_for(kind, objs, rv):
             return [o["metadata"]["name"], "%d/%d" % (ready, n), phase, "0", age(o),
                     o.get("status", {}).get("podIP", "<none>"), o.get("spec", {}).get("nodeName", "<none>"),
                     "<none>", "<none>"]
+    elif kind == "Namespace":
+        cols = [col("Name", fmt="name"), col("Status"), col("Age")]
+
+        def cells(o):
+            return [o["metadata"]["name"], o.get("status", {}).get("phase", "Active"), age(o)]
+    elif kind == "Deployment":
+        cols = [col("Name", fmt="name"), col("Ready"), col("Up-to-date", "integer"), col("Available", "integer"),
+                col("Age")]
+
+        def cells(o):
+            st = o.get("status", {})
+            return [o["metadata"]["name"], "%d/%d" % (st.get("readyReplicas", 0), o.get("spec", {}).get("replicas", 1)),
+                    st.get("updatedReplicas", 0), st.get("availableReplicas", 0), age(o)]
     else:
         cols = [col("Name", fmt="name"), col("Age")]
 
@@ -1008,6 +1021,38 @@ class Cluster:
                 obj.setdefault("data", {})[k] = b64(v)
         if spec["kind"] == "Service":
             obj.setdefault("spec", {}).setdefault("type", "ClusterIP")
+        self.workload_status(spec, obj)
+
+    def workload_status(self, spec, obj):
+        """What the controllers would report once a workload rolled out, so `kubectl rollout status` returns."""
+        gen = obj["metadata"].get("generation", 1)
+        sp = obj.get("spec")
+        if isinstance(sp, dict):  # the apiserver's defaults that kubectl rollout relies on
+            if spec["kind"] == "Deployment":
+                sp.setdefault("replicas", 1)
+                sp.setdefault("strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%",
+                                                                                       "maxUnavailable": "25%"}})
+            elif spec["kind"] == "DaemonSet":
+                sp.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0,
+                                                                                             "maxUnavailable": 1}})
+            elif spec["kind"] == "StatefulSet":
+                sp.setdefault("replicas", 1)
+                sp.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+        want = int((sp or {}).get("replicas", 1) or 0) if isinstance(sp, dict) else 1
+        if spec["kind"] in ("Deployment", "StatefulSet", "ReplicaSet"):
+            st = {"observedGeneration": gen, "replicas": want, "readyReplicas": want, "availableReplicas": want,
+                  "updatedReplicas": want}
+            if spec["kind"] == "StatefulSet":
+                st.update({"currentReplicas": want, "currentRevision": "r1", "updateRevision": "r1"})
+            if spec["kind"] == "Deployment":
+                st["conditions"] = [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]
+            obj["status"] = st
+        elif spec["kind"] == "DaemonSet":
+            n = len(self.store.list("", "nodes"))
+            obj["status"] = {"observedGeneration": gen, "desiredNumberScheduled": n, "currentNumberScheduled": n,
+                             "numberReady": n, "numberAvailable": n, "updatedNumberScheduled": n,
+                             "numberMisscheduled": 0}
 
     def update(self, spec, ns, name, obj, sub=None):
         with self.lock:
@@ -1036,7 +1081,9 @@ class Cluster:
                 md.pop(k, None)
         if "generation" in old["metadata"]:
             md["generation"] = old["metadata"]["generation"] + (1 if new.get("spec") != old.get("spec") else 0)
-        self.defaults(spec, new) if spec["kind"] == "Secret" else None
+        if spec["kind"] == "Secret":
+            self.defaults(spec, new)
+        self.workload_status(spec, new)
         out = self.store.put(self.key(spec, ns, name), self.typed(spec, new))
         self.after_write(spec, old, out)
         return out

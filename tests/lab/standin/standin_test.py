@@ -265,6 +265,8 @@ class K3s(Base):
                     "matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      "
                     "containers:\n      - name: web\n        image: nginx:1\n")
         self.assertIn("deployment.apps/web created", lab.kubectl(kc, "apply", "-f", man).stdout)
+        self.assertIn("successfully rolled out", lab.kubectl(kc, "rollout", "status", "-n", "demo", "deploy/web",
+                                                             "--timeout=10s").stdout)
         with open(man) as f:
             text = f.read().replace('"1"', '"2"').replace("nginx:1", "nginx:2")
         with open(man, "w") as f:
