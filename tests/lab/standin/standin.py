@@ -1772,9 +1772,27 @@ class NodeAgent:
         self.register()
         self.run()
 
-    def run(self):
+    def refresh_servers(self, port):
+        """rke2/k3s agents follow the apiserver endpoints: every server node becomes one to fail over to."""
+        sel = urllib.parse.quote("node-role.kubernetes.io/control-plane")
+        items = self.call("GET", "/api/v1/nodes?labelSelector=" + sel).get("items", [])
+        have = {c.server for c in self.clients}
+        proto = self.clients[0]
+        for n in items:
+            for a in n.get("status", {}).get("addresses", []):
+                url = "https://%s:%d" % (a["address"], port)
+                if a["type"] == "InternalIP" and url not in have:
+                    c = copy.copy(proto)
+                    c.server = url
+                    self.clients.append(c)
+                    have.add(url)
+                    self.log.info("Adding server to load balancer: %s" % url)
+
+    def run(self, api_port=None):
         while True:
             try:
+                if api_port:
+                    self.refresh_servers(api_port)
                 self.beat()
             except Exception as e:  # a heartbeat that dies silently would make a live node NotReady
                 self.log.error("Failed to update lease: %s" % getattr(e, "reason", e))
@@ -2078,7 +2096,7 @@ class RancherNode:
         agent = NodeAgent(self.engine, self.name, self.ip, self.version, labels, self.taints, clients, self.log,
                           images=images)
         agent.register()
-        threading.Thread(target=agent.run, daemon=True).start()
+        threading.Thread(target=agent.run, args=(self.api_port,), daemon=True).start()
         return agent
 
 

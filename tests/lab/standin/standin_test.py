@@ -339,7 +339,7 @@ class Rke2(Base):
         r1 = lab.root("r1")
         lab.write(r1, "/etc/rancher/rke2/config.yaml", "node-name: r1\nnode-ip: 127.77.3.2\ntoken: t0ken\n"
                   "agent-token: agentpw\n")
-        lab.start(r1, "rke2", "server")
+        s1 = lab.start(r1, "rke2", "server")
         kc = r1 + "/etc/rancher/rke2/rke2.yaml"
         wait(lambda: os.path.exists(kc) and self.ready(kc, "r1") == "True", 60, "rke2 r1")
         self.assertRegex(open(r1 + "/var/lib/rancher/rke2/server/agent-token").read(),
@@ -369,6 +369,15 @@ class Rke2(Base):
         self.assertEqual(sorted(self.nodes(kc2)), ["r1", "r2", "w1"])
         roles = lab.kubectl(kc, "get", "nodes").stdout
         self.assertRegex(roles, r"r2\s+Ready\s+control-plane,etcd,master")
+        # the first server stops: the second keeps answering, sees it go NotReady, and the agent moves over
+        # (once it has heard of the second server: agents refresh the server list at each heartbeat)
+        time.sleep(3)
+        lab.stop(s1)
+        wait(lambda: self.ready(kc2, "r1") == "Unknown", 20, "r1 NotReady on r2")
+        time.sleep(3)
+        self.assertEqual(self.ready(kc2, "w1"), "True")
+        lab.kubectl(kc2, "cordon", "w1")
+        self.assertTrue(self.nodes(kc2)["w1"]["spec"]["unschedulable"])
 
 
 class Kubeadm(Base):
