@@ -3392,6 +3392,12 @@ def kubelet_main(args):
                   'config file %s, error failed to read kubelet config file \\"%s\\", error: open %s: no such file or '
                   'directory"' % (cfg_path, cfg_path, cfg_path, cfg_path))
         return 1
+    def stale_flags():
+        """Our arguments come from kubeadm-flags.env through the service manager: if it asks for flags we were
+        not given (kubeadm rewrote it after we started), exit and be started again with them."""
+        text = read_file(KUBELET_DIR + "/kubeadm-flags.env", "") or ""
+        m = re.search(r'KUBELET_KUBEADM_ARGS="([^"]*)"', text)
+        return bool(m) and not set(m.group(1).split()) <= set(args)
     kcfg = load_yaml_file(cfg_path) or {}
     cri = cri_problem(flags.get("container-runtime-endpoint") or kcfg.get("containerRuntimeEndpoint"))
     if cri:
@@ -3402,6 +3408,9 @@ def kubelet_main(args):
     name = str(flags.get("hostname-override") or hostname()).lower()
     ip = str(flags.get("node-ip") or first_private_address())
     on_term()
+    if stale_flags():
+        log.info('"Flags in %s/kubeadm-flags.env differ from ours, exiting to be restarted with them"' % KUBELET_DIR)
+        return 0
     if not os.path.exists(P(kubeconfig)):
         if not bootstrap or not os.path.exists(P(bootstrap)):
             log.error('"command failed" err="failed to run Kubelet: unable to load bootstrap kubeconfig: stat %s: no '
@@ -3436,6 +3445,10 @@ def kubelet_main(args):
     before = tree_digest(watch)
     while True:
         time.sleep(2)
+        if stale_flags():
+            log.info('"Flags in %s/kubeadm-flags.env changed, exiting to be restarted with them"' % KUBELET_DIR)
+            sys.stderr.flush()
+            os._exit(0)
         if tree_digest(watch) != before:
             # a changed static pod (kubeadm upgrade) or config restarts what runs from it: re-exec the kubelet
             log.info('"Static pod manifests or kubelet configuration changed, restarting"')

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(HERE, "standin.py")
 PY = "/usr/bin/python3"
 KUBECTL = os.environ.get("STANDIN_TEST_KUBECTL", "/usr/bin/kubectl")
-ENV = {"STANDIN_NODE_GRACE": "4", "STANDIN_HEARTBEAT": "1"}
+ENV = {"STANDIN_NODE_GRACE": "8", "STANDIN_HEARTBEAT": "1"}
 
 
 class Lab:
@@ -94,6 +94,7 @@ class Lab:
 
 
 def wait(fn, timeout=30, what="condition"):
+    timeout *= float(os.environ.get("STANDIN_TEST_SLOW", "2"))  # the machine may be busy: be patient, not flaky
     t0 = time.time()
     last = None
     while time.time() - t0 < timeout:
