@@ -539,6 +539,6 @@ if __name__ == "__main__":
                              "kubernetes-client and openssl)\n" % need)
             sys.exit(1)
     # the nodes use fixed 127.77.x.y addresses and real ports: two runs on one machine (two build trees) take turns
-    lock = open(os.path.join(tempfile.gettempdir(), "standin-test.lock"), "w")
+    lock = os.open(os.path.join(tempfile.gettempdir(), "standin-test.lock"), os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     unittest.main(verbosity=2)
