@@ -236,8 +236,20 @@ def load_yaml_file(path):
 
 # ---------------------------------------------------------------- certificates, with the real openssl CLI
 
+_OPENSSL_CONF = []
+
+
 def openssl(*args, stdin=None):
-    r = subprocess.run(["openssl"] + list(args), input=stdin, capture_output=True)
+    """The real openssl CLI, with a minimal config of our own, so hosts need the binary but not its openssl.cnf."""
+    if not _OPENSSL_CONF:
+        fd, path = tempfile.mkstemp(prefix="standin-openssl-", suffix=".cnf")
+        os.write(fd, b"[req]\ndistinguished_name = dn\n[dn]\n")
+        os.close(fd)
+        _OPENSSL_CONF.append(path)
+        import atexit
+        atexit.register(os.unlink, path)
+    env = dict(os.environ, OPENSSL_CONF=_OPENSSL_CONF[0])
+    r = subprocess.run(["openssl"] + list(args), input=stdin, capture_output=True, env=env)
     if r.returncode != 0:
         raise RuntimeError("openssl %s: %s" % (args[0], r.stderr.decode(errors="replace").strip()))
     return r.stdout
@@ -2459,10 +2471,13 @@ def rancher_main(engine, args):
         return 1
     flags, _ = parse_flags(rest)
     cfg = load_rancher_config(engine, flags, log)
-    if cmd == "server":
-        rancher_server(engine, cfg, log)
-    else:
-        rancher_agent(engine, cfg, log)
+    try:
+        if cmd == "server":
+            rancher_server(engine, cfg, log)
+        else:
+            rancher_agent(engine, cfg, log)
+    except (RuntimeError, OSError) as e:  # certificates or files that cannot be made: a fatal line, not a trace
+        log.fatal("Error: %s" % e)
     return 0
 
 
