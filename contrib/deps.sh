@@ -8,6 +8,7 @@ PKGS=(
   lua-cjson lua-busted lua-check shellcheck   # Lua libraries, specs, lint
   openssh-client openssh-server debootstrap iproute2 util-linux procps psmisc  # the lab
   tmux valgrind time                          # terminal, leak tests, benchmarks
+  python3 python3-yaml kubernetes-client openssl  # the lab's stand-in engines (Debian's /usr/bin/python3) and their tests
 )
 missing=()
 for p in "${PKGS[@]}"; do
