@@ -132,8 +132,8 @@ EOF
   # host bind-mounts RAM copies over them (see host_init).
   chroot "$R" sh -ec 'for f in wtmp btmp lastlog; do touch /var/log/$f; chgrp utmp /var/log/$f; done
     chmod 664 /var/log/wtmp /var/log/lastlog; chmod 660 /var/log/btmp'
-  # containerd is installed, not started (one per host would cost ~30 MiB
-  # each): systemd hosts have the unit disabled, runit hosts a service dir
+  # containerd is installed, not started (one per host would cost ~40 MiB
+  # RSS): systemd hosts have the unit disabled, runit hosts a service dir
   # that is not linked into /etc/service. Its root /var/lib/containerd is a
   # per-host directory outside the overlay (bind-mounted at boot): its
   # overlayfs snapshotter cannot use an overlayfs as its upper layer.
@@ -193,11 +193,15 @@ build_layer() {
 # own unit would start a second sshd (Debian's /etc/service/ssh) next to
 # ssh.service; timers that would write into the upper dir (or try the
 # network) at random times are masked; the journal stays in /run so an idle
-# host's upper dir does not grow.
+# host's upper dir does not grow. systemd-logind is masked: where dbus is
+# installed (rocky/systemd, for firewalld) it would track every SSH login and
+# start a user@0 manager, writing /run/systemd/users and /run/user/0 at each
+# login (specs prove a dry run changes nothing there); hosts without dbus
+# never ran it anyway.
 fix_systemd() {
   local u
   for u in console-getty.service runit.service apt-daily.timer apt-daily-upgrade.timer \
-    dpkg-db-backup.timer e2scrub_all.timer fstrim.timer; do
+    dpkg-db-backup.timer e2scrub_all.timer fstrim.timer systemd-logind.service; do
     ln -sf /dev/null "$1/etc/systemd/system/$u"
   done
   mkdir -p "$1/etc/systemd/journald.conf.d"
@@ -249,7 +253,7 @@ EOF
     "$1/etc/fapolicyd/fapolicyd.conf")" = 5 ]
   rm -f "$1/etc/systemd/system/multi-user.target.wants/fapolicyd.service"
   # firewalld: enabled (running after boot), as on EL; LAB_FIREWALLD=stopped
-  # disables it per host at `up`. Its log file would grow in the upper dir.
+  # disables it per host at `up`. Its log goes to /run, not the upper dir.
   [ -L "$1/etc/systemd/system/multi-user.target.wants/firewalld.service" ] \
     || ln -s /usr/lib/systemd/system/firewalld.service "$1/etc/systemd/system/multi-user.target.wants/firewalld.service"
   ln -sf /run/firewalld.log "$1/var/log/firewalld"
@@ -259,9 +263,10 @@ EOF
 # ENABLED=no in ufw.conf, so `ufw status` says inactive).
 fix_debian() { grep -q '^ENABLED=no' "$1/etc/ufw/ufw.conf"; }
 
-# lowerdir string for a flavour (leftmost wins). The rocky layer is built
-# per init on top of that init's stack, so its dpkg status, passwd/group and
-# ld.so.cache include the init's packages instead of hiding them.
+# lowerdir string for a flavour (leftmost wins). The debian and rocky layers
+# are built per init on top of that init's stack, so their dpkg status,
+# passwd/group and ld.so.cache include the init's packages instead of hiding
+# them; the SELinux stand-in layer (no packages) sits on top for rocky.
 lower_of() {  # OS INIT
   local l=$CACHE/rootfs
   [ "$2" != systemd ] || l=$CACHE/layer-systemd:$l
