@@ -289,9 +289,9 @@ ensure_images() {  # "os init" pairs...
     case $f in
       "debian runit") build_layer debian-runit "$CACHE/rootfs" "ufw" ;;
       "debian systemd") build_layer debian-systemd "$CACHE/layer-systemd:$CACHE/rootfs" "ufw" ;;
-      "rocky runit") build_layer rocky-runit "$CACHE/rootfs" "rpm dnf dnf-plugins-core" "$(el_base_rpm runit)" ;;
+      "rocky runit") build_layer rocky-runit "$CACHE/rootfs" "rpm dnf dnf-plugins-core file" "$(el_base_rpm runit)" ;;
       "rocky systemd") build_layer rocky-systemd "$CACHE/layer-systemd:$CACHE/rootfs" \
-        "rpm dnf dnf-plugins-core dbus firewalld fapolicyd" "$(el_base_rpm systemd)" ;;
+        "rpm dnf dnf-plugins-core file dbus firewalld fapolicyd" "$(el_base_rpm systemd)" ;;
     esac
   done
   case " $* " in *"rocky "*) build_selinux ;; esac

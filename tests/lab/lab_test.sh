@@ -161,6 +161,40 @@ rssh 1 'firewall-cmd -q --reload; systemctl stop labtest-web' >/dev/null
 expect "h1 rpm database has the base package; dnf versionlock plugin present" "lab-el-base-9.3-1.noarch 0" \
   rssh 1 'echo $(rpm -q lab-el-base 2>/dev/null) $(dnf -q versionlock list >/dev/null 2>&1; echo $?)'
 
+# real package managers: an rpm built in the host installs with dnf (its %post runs), a .deb with apt
+expect "h1 rpmbuild + dnf install ./x.rpm (Requires /bin/sh), %post ran, versionlock" "post-ran lab-pkg-1.0-1.noarch lab-pkg-0:1.0-1.*" rssh 1 \
+  'mkdir -p /tmp/rb/SPECS; printf "%s\n" "Name: lab-pkg" "Version: 1.0" "Release: 1" "Summary: lab test" "License: MIT" \
+     "BuildArch: noarch" "Requires: /bin/sh, bash" "%description" "lab test" "%install" \
+     "mkdir -p %{buildroot}/opt/lab-pkg; echo hi >%{buildroot}/opt/lab-pkg/file" "%files" "/opt/lab-pkg/file" \
+     "%post" "echo post-ran >/var/tmp/lab-pkg.post" >/tmp/rb/SPECS/p.spec
+   rpmbuild --quiet --define "_topdir /tmp/rb" -bb /tmp/rb/SPECS/p.spec >/dev/null 2>&1
+   dnf install -y -q --disablerepo="*" /tmp/rb/RPMS/noarch/lab-pkg-1.0-1.noarch.rpm >/dev/null 2>&1
+   dnf -q versionlock add lab-pkg >/dev/null 2>&1; echo $(cat /var/tmp/lab-pkg.post) $(rpm -q lab-pkg) $(dnf -q versionlock list)'
+expect "h3 dpkg-deb --build + apt-get install ./x.deb, postinst ran" "postinst-ran install ok installed" rssh 3 \
+  'mkdir -p /tmp/deb/DEBIAN /tmp/deb/opt/lab-pkg; echo hi >/tmp/deb/opt/lab-pkg/file
+   printf "Package: lab-pkg\nVersion: 1.0\nArchitecture: all\nMaintainer: lab <lab@lab>\nDescription: lab test\n" >/tmp/deb/DEBIAN/control
+   printf "#!/bin/sh\necho postinst-ran >/var/tmp/lab-pkg.postinst\n" >/tmp/deb/DEBIAN/postinst; chmod 755 /tmp/deb/DEBIAN/postinst
+   dpkg-deb --build /tmp/deb /tmp/lab-pkg.deb >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q /tmp/lab-pkg.deb >/dev/null 2>&1
+   echo $(cat /var/tmp/lab-pkg.postinst) $(dpkg-query -W -f="\${Status}" lab-pkg)'
+
+# ufw (debian/systemd h3) and plain nftables (debian/runit h2) filter inside their host's netns
+rssh 3 'systemd-run -q --unit=labtest-web python3 -m http.server 8080; ufw allow 22/tcp >/dev/null; ufw --force enable >/dev/null' >/dev/null
+expect "h3 ufw enabled" "Status: active" rssh 3 'ufw status | head -1'
+out=$(rssh 1 "timeout 3 bash -c 'exec 3<>/dev/tcp/$N.13/8080'"); rc=$?
+[ $rc != 0 ] && ok "ufw drops a port it was not told to open (h1 -> h3:8080, rc=$rc)" || bad "ufw drops h3:8080" "rc=$rc $out"
+check "...and keeps SSH open: h1 -> h3:22" lab ssh 1 "exec 3<>/dev/tcp/$N.13/22"
+rssh 3 'ufw --force disable >/dev/null; systemctl stop labtest-web' >/dev/null
+rssh 2 'setsid -f python3 -m http.server 8080 >/dev/null 2>&1 </dev/null
+  nft -f - <<EOF
+table inet labtest {
+  chain input { type filter hook input priority 0; policy accept; tcp dport 8080 drop; }
+}
+EOF' >/dev/null
+out=$(rssh 1 "timeout 3 bash -c 'exec 3<>/dev/tcp/$N.12/8080'"); rc=$?
+[ $rc != 0 ] && ok "nftables table drops h2:8080 (rc=$rc)" || bad "nftables table drops h2:8080" "rc=$rc $out"
+rssh 2 'nft delete table inet labtest' >/dev/null
+check "...and h2:8080 answers once the table is deleted" lab ssh 1 "timeout 3 bash -c 'exec 3<>/dev/tcp/$N.12/8080'"
+
 # containerd: installed, not running; started, it imports an image archive
 "$(dirname "$LAB")/mkimage.py" "/tmp/lab_test.$$.tar" registry.lab:5000/lab/hello:1.0 \
   && for i in 2 3; do cp "/tmp/lab_test.$$.tar" "/proc/$(lab pid $i)/root/tmp/hello.tar"; done; rm -f "/tmp/lab_test.$$.tar"
