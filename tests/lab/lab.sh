@@ -96,6 +96,7 @@ mirror() {
 build_rootfs() {
   local R=$CACHE/rootfs.tmp M
   [ "$(cat "$CACHE/rootfs.ok" 2>/dev/null)" = "$RECIPE" ] && return
+  rebuilding rootfs "$CACHE/rootfs"
   rm -rf "$R" "$CACHE/rootfs" "$CACHE/rootfs.ok" "$CACHE"/layer-*   # layers depend on it
   M=$(mirror)
   log "building the base rootfs: debootstrap $SUITE from $M (one-time, ~40 s)"
@@ -152,6 +153,23 @@ EOF
   echo "$RECIPE" >"$CACHE/rootfs.ok"
 }
 
+# About to replace an image (missing, or built by another RECIPE): refuse
+# while another lab's hosts have this cache's images as their lowerdirs
+# (deleting a lower under a mounted overlay breaks them); our own hosts are
+# recreated by cmd_up afterwards (REBUILT).
+REBUILT=0
+rebuilding() {  # WHAT PATH-IT-REPLACES
+  local l n
+  [ -e "$2" ] || return 0   # new: nobody can be using it
+  for l in "$RUN"/labs/*; do
+    [ -e "$l" ] || continue
+    n=${l##*/}
+    [ "$n" != "$PREFIX" ] && [ -e "/run/netns/$n-lab" ] && [ "$(cut -d' ' -f2 "$l")" = "$CACHE" ] \
+      && die "$1 in $CACHE must be (re)built (recipe $RECIPE) but lab $n still runs on it: down it first, or set LAB_CACHE"
+  done
+  REBUILT=1
+}
+
 # Layer NAME = packages installed over BASE (a lowerdir string), captured as
 # the upper dir of a throw-away overlay, so it holds only the delta. Built in
 # layer-NAME.tmp and renamed; layer-NAME.ok marks it complete. POST (optional)
@@ -159,6 +177,7 @@ EOF
 build_layer() {
   local name=$1 base=$2 pkgs=$3 post=${4:-} L=$CACHE/layer-$1 M
   [ "$(cat "$L.ok" 2>/dev/null)" = "$RECIPE" ] && return
+  rebuilding "layer $name" "$L"
   rm -rf "$L" "$L.ok" "$L.tmp" "$L.work" "$L.mnt"
   mkdir -p "$L.tmp" "$L.work" "$L.mnt"
   M=$(mirror)
@@ -604,6 +623,9 @@ cmd_up() {
   lock
   ensure_images "${need[@]}"
   SELINUX_LAYER=$(selinux_layer)
+  if [ "$REBUILT" = 1 ]; then   # our running hosts sit on the images just replaced
+    for h in $(hosts); do host_down "${h#h}"; done
+  fi
   mkdir -p "$STATE/hosts" "$CG2/$CGNAME"
   for k in ed25519 ecdsa rsa; do
     [ -f "$STATE/id_$k" ] || ssh-keygen -q -t "$k" -N '' -C "cargoship-lab-$PREFIX" -f "$STATE/id_$k"
