@@ -89,29 +89,34 @@ local function is_empty_doc(d)
   return d == nil or yaml.is_null(d) or (type(d) == "table" and next(d) == nil)
 end
 
+-- Returns the document to validate and its index in docs (its start is where an error
+-- that has no node of its own is reported: a bare-scalar document has no positions).
 local function pick_document(docs, name)
   local candidates = {}
   for i = 1, docs.n or #docs do
-    if not is_empty_doc(docs[i]) then candidates[#candidates + 1] = docs[i] end
+    if not is_empty_doc(docs[i]) then candidates[#candidates + 1] = i end
   end
   if #candidates == 0 then
     return nil, single_error(name, 1, 1, "empty file: expected a document with kind: ZarfCluster")
   end
-  for _, d in ipairs(candidates) do
-    if type(d) == "table" and d.kind == validate.KIND then return d end
+  for _, i in ipairs(candidates) do
+    local d = docs[i]
+    if type(d) == "table" and d.kind == validate.KIND then return d, i end
   end
   -- One document: validate it, so a wrong kind is reported with everything else.
-  if #candidates == 1 then return candidates[1] end
-  local line, col = yaml.where(candidates[1])
+  if #candidates == 1 then return docs[candidates[1]], candidates[1] end
+  local line, col = yaml.where(docs, candidates[1])
   return nil, single_error(name, line or 1, col or 1, string.format(
     "none of the %d documents has kind: ZarfCluster", #candidates))
 end
 
 local function from_docs(docs, name, opts)
-  local doc, err = pick_document(docs, name)
-  if not doc then return nil, err end
+  local doc, index = pick_document(docs, name)
+  if not doc then return nil, index end
   local env = (opts and opts.env) or os.getenv
   local ctx = { file = name, errs = errors.collector(name) }
+  local line, col = yaml.where(docs, index)
+  ctx.errs:set_fallback(line or 1, col or 1)
   ctx.expanded = expand.tree(doc, env, ctx.errs)
   local cluster = validate.document(ctx, doc)
   if #ctx.errs.list > 0 then return nil, ctx.errs:sorted() end
