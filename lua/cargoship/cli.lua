@@ -7,6 +7,7 @@
 -- run gets args = { positional = {...}, options = {...its own options, defaults filled} };
 -- global options are in ctx.options.
 local args = require "cargoship.cli.args"
+local lines_lib = require "cargoship.lines"
 local log = require "cargoship.log"
 
 local M = {}
@@ -74,7 +75,7 @@ function M.top_help(commands)
   local width = 0
   for _, cmd in ipairs(commands) do width = math.max(width, #cmd.name) end
   for _, cmd in ipairs(commands) do
-    lines[#lines + 1] = string.format("  %-" .. width .. "s  %s", cmd.name, cmd.summary)
+    lines[#lines + 1] = "  " .. lines_lib.pad(cmd.name, width) .. "  " .. cmd.summary
   end
   lines[#lines + 1] = ""
   lines[#lines + 1] = "Global options (before or after the command):"

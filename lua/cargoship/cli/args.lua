@@ -9,6 +9,8 @@
 -- a list; any other option given twice is an error, because on a tool that changes clusters
 -- a silently overridden `--concurrency` is worse than a complaint. `key` defaults to the long
 -- name with dashes turned into underscores.
+local pad = require("cargoship.lines").pad
+
 local M = {}
 
 M.checks = {}
@@ -263,7 +265,7 @@ function M.help(spec)
   end
   local lines = {}
   for _, row in ipairs(rows) do
-    lines[#lines + 1] = string.format("  %-" .. width .. "s  %s", row[1], row[2])
+    lines[#lines + 1] = "  " .. pad(row[1], width) .. "  " .. row[2]
   end
   return table.concat(lines, "\n")
 end

@@ -11,8 +11,9 @@ local dir
 local function run(argv)
   local words = {}
   for i, a in ipairs(argv) do words[i] = util.quote(a) end
-  local cmd = string.format("cd %s && XDG_CACHE_HOME=%s timeout 20 %s %s </dev/null 2>&1; echo \"rc=$?\"",
-    util.quote(dir), util.quote(dir .. "/cache"), util.quote(BIN), table.concat(words, " "))
+  local cmd = string.format("cd %s && env -u SSH_AUTH_SOCK HOME=%s XDG_CACHE_HOME=%s timeout 20 %s %s"
+    .. " </dev/null 2>&1; echo \"rc=$?\"", util.quote(dir), util.quote(dir), util.quote(dir .. "/cache"),
+    util.quote(BIN), table.concat(words, " "))
   local p = io.popen(cmd)
   local out = p:read("a")
   p:close()
@@ -50,4 +51,27 @@ describe("a hostile cluster file in every command", function()
       end)
     end
   end
+end)
+
+describe("a host named by 100+ characters", function()
+  setup(function() dir = support.temp_dir() end)
+  teardown(function() support.remove_tree(dir) end)
+
+  -- The name is the column width of every host's output; string.format refused widths over
+  -- 99, so every host failed with "invalid conversion" before it was reached.
+  it("does not break exec for any host", function()
+    local name = ("a"):rep(63) .. "." .. ("b"):rep(50)
+    local path = write("long.yaml", table.concat({
+      "apiVersion: zarf.dev/v1alpha1", "kind: ZarfCluster", "metadata: {name: t}", "spec:",
+      "  config: {loadbalancer: lb.example.internal}", "  hosts:",
+      "    - {role: controller, hostname: " .. name .. ", ssh: {address: 127.0.0.1, port: 1}}",
+      "    - {role: worker, ssh: {address: 127.0.0.2, port: 1}}", "" }, "\n"))
+    local code, out = run({ "exec", path, "--", "true" })
+    assert.are.equal(1, code, out)
+    assert.is_nil(out:find("invalid conversion", 1, true), out)
+    assert.is_nil(out:find("%.lua:%d+:"), out)
+    -- both hosts got as far as authentication (no key here), each under its own name
+    assert.truthy(out:find("error: " .. name .. ": auth: no keyPath given", 1, true), out)
+    assert.truthy(out:find("error: 127.0.0.2: auth: no keyPath given", 1, true), out)
+  end)
 end)
