@@ -59,19 +59,21 @@ describe("a host named by 100+ characters", function()
 
   -- The name is the column width of every host's output; string.format refused widths over
   -- 99, so every host failed with "invalid conversion" before it was reached.
-  it("does not break exec for any host", function()
-    local name = ("a"):rep(63) .. "." .. ("b"):rep(50)
-    local path = write("long.yaml", table.concat({
-      "apiVersion: zarf.dev/v1alpha1", "kind: ZarfCluster", "metadata: {name: t}", "spec:",
-      "  config: {loadbalancer: lb.example.internal}", "  hosts:",
-      "    - {role: controller, hostname: " .. name .. ", ssh: {address: 127.0.0.1, port: 1}}",
-      "    - {role: worker, ssh: {address: 127.0.0.2, port: 1}}", "" }, "\n"))
-    local code, out = run({ "exec", path, "--", "true" })
-    assert.are.equal(1, code, out)
-    assert.is_nil(out:find("invalid conversion", 1, true), out)
-    assert.is_nil(out:find("%.lua:%d+:"), out)
-    -- both hosts got as far as authentication (no key here), each under its own name
-    assert.truthy(out:find("error: " .. name .. ": auth: no keyPath given", 1, true), out)
-    assert.truthy(out:find("error: 127.0.0.2: auth: no keyPath given", 1, true), out)
-  end)
+  for _, argv in ipairs({ { "exec", "long.yaml", "--", "true" }, { "apply", "long.yaml" } }) do
+    it("does not break " .. argv[1] .. " for any host", function()
+      local name = ("a"):rep(63) .. "." .. ("b"):rep(50)
+      write("long.yaml", table.concat({
+        "apiVersion: zarf.dev/v1alpha1", "kind: ZarfCluster", "metadata: {name: t}", "spec:",
+        "  config: {loadbalancer: lb.example.internal}", "  hosts:",
+        "    - {role: controller, hostname: " .. name .. ", ssh: {address: 127.0.0.1, port: 1}}",
+        "    - {role: worker, ssh: {address: 127.0.0.2, port: 1}}", "" }, "\n"))
+      local code, out = run(argv)
+      assert.are.equal(1, code, out)
+      assert.is_nil(out:find("invalid conversion", 1, true), out)
+      assert.is_nil(out:find("%.lua:%d+:"), out)
+      -- both hosts got as far as authentication (no key here), each under its own name
+      assert.truthy(out:find(name .. ": auth: no keyPath given", 1, true), out)
+      assert.truthy(out:find("127.0.0.2: auth: no keyPath given", 1, true), out)
+    end)
+  end
 end)
