@@ -284,7 +284,7 @@ local function dispatch(argv, out, state)
   local cmd = by_name[name]
   if not cmd then
     local hint = args.suggest(name, command_names(commands))
-    local msg = "unknown command '" .. name .. "'"
+    local msg = "unknown command '" .. args.shown(name) .. "'"
     if hint then msg = msg .. " (did you mean '" .. hint .. "'?)" end
     return usage_error(out, msg)
   end
