@@ -23,14 +23,30 @@ function M.hide_userinfo(url)
   local head, rest = url:match("^([%a][%w+.-]*://)(.*)$")
   if not head then head, rest = "", url end
   local authority, tail = rest:match("^([^/?#]*)(.*)$")
-  local at = authority:match(".*()@")
+  local at = authority:match("^.*()@")
   if not at then return url end
   return head .. "******" .. authority:sub(at) .. tail
 end
 
 -- What Go's pem.Decode + a CERTIFICATE type check would accept; nil when fine.
+-- Like pem.Decode, a BEGIN line that does not end in "-----" is skipped with the rest of its
+-- line; plain searches line by line keep this linear (an unanchored pattern retried at every
+-- "-----BEGIN " of a long value took minutes).
+local function pem_begin(s)
+  local pos = 1
+  while true do
+    local b = s:find("-----BEGIN ", pos, true)
+    if not b then return nil end
+    local eol = s:find("\n", b, true)
+    if not eol then return nil end
+    local line = s:sub(b + 11, eol - 1):gsub("[ \t\r]+$", "")
+    if #line >= 5 and line:sub(-5) == "-----" then return line:sub(1, -6), eol + 1 end
+    pos = eol + 1
+  end
+end
+
 function M.pem_problem(s)
-  local typ, after = s:match("%-%-%-%-%-BEGIN ([^\n]-)%-%-%-%-%-[ \t\r]*\n()")
+  local typ, after = pem_begin(s)
   if not typ then return "expected a PEM block (-----BEGIN CERTIFICATE-----)" end
   if typ ~= "CERTIFICATE" then
     return string.format("expected a PEM block of type CERTIFICATE, got %s", quote(typ))

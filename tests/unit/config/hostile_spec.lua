@@ -118,6 +118,33 @@ describe("a huge value", function()
   end)
 end)
 
+describe("a long value in a pattern-checked field", function()
+  local function reg(line) return S.doc({ config = "registries:\n" .. line }) end
+  local cases = {
+    -- the user-info search retried ".*@" at every byte: 20 KB took 2.6 s, 2 MB minutes
+    { "a mirror URL of colons", reg('  - {name: r, proxy: {url: "' .. ("a:"):rep(1024 * 1024) .. '"}}'),
+      "proxy.url: invalid mirror URL" },
+    -- the PEM header pattern was retried at every "-----BEGIN ": 2 MB did not finish
+    { "a CA of BEGIN markers", reg('  - {name: r, tls: {ca: "' .. ("-----BEGIN "):rep(200000) .. '"}}'),
+      "tls.ca: expected a PEM block" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1] .. " is refused in well under a second", function()
+      local dt, e = timed(function() return located(c[2], c[3]) end)
+      assert.is_true(dt < 1, string.format("took %.2f s", dt))
+      assert.is_true(#e < 1000)
+    end)
+  end
+
+  it("a PEM block after a malformed BEGIN line is still found, as pem.Decode finds it", function()
+    local ca = "-----BEGIN x\n-----BEGIN CERTIFICATE-----  \nQUJD\n-----END CERTIFICATE-----\n"
+    local registries = require "cargoship.config.registries"
+    assert.is_nil(registries.pem_problem(ca))
+    assert.are.equal('expected a PEM block of type CERTIFICATE, got "KEY"',
+      registries.pem_problem("-----BEGIN KEY-----\nQUJD\n-----END KEY-----\n"))
+  end)
+end)
+
 describe("errors.suggest", function()
   it("skips candidates whose length is too far off, without comparing", function()
     assert.are.equal("controller", errors.suggest("controler", { "controller", "worker" }))
