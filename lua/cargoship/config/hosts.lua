@@ -179,7 +179,7 @@ local function files(ctx, h, hpath)
       local e = {
         name = check.string(ctx, f, "name", fpath, { required = true, word = true }),
         src = check.string(ctx, f, "src", fpath, { nonempty = true, word = true }),
-        data = check.string(ctx, f, "data", fpath, { binary = true }),
+        data = check.string(ctx, f, "data", fpath, { binary = true, secret = true }),
         dst = abs_path(ctx, f, "dst", fpath),
         dst_dir = abs_path(ctx, f, "dstDir", fpath),
         user = check.string(ctx, f, "user", fpath, { nonempty = true, word = true }),

@@ -114,7 +114,10 @@ local function nasty_value(text) return replace_value(text, pick(NASTY_SCALARS))
 
 local function huge_value(text)
   local size = R(0, 9) == 0 and 10 * 1024 * 1024 or R(70, 300) * 1024
-  local v = pick({ "x", "a-", "é", "A.", "0" }):rep(size // 2)
+  -- repeated pieces that patterns care about: an unanchored or lazy pattern retried at each
+  -- of them goes quadratic, which the time bound catches
+  local v = pick({ "x", "a-", "é", "A.", "0", "a:", "1:", "-----BEGIN ", "(a", "[a-", "\\\\", "%", "a@",
+    "${", "$$", "=a", "a/", "::", "\\t" }):rep(size // 2)
   if R(0, 1) == 0 then v = '"' .. v .. '"' end
   return replace_value(text, v)
 end

@@ -194,6 +194,12 @@ describe("secret values in validation errors", function()
     assert.is_nil(e:find("pw9", 1, true), e)
   end)
 
+  it("file data of the wrong type is not printed (files carry tokens and keys)", function()
+    local e = located(S.host_doc("ssh: {address: 192.0.2.1}\nfiles: [{name: f, data: 424242, dst: /f}]"),
+      "files[0].data: expected a string")
+    assert.is_nil(e:find("424242", 1, true), e)
+  end)
+
   it("an environment value of the wrong type is not printed", function()
     local e = located(S.host_doc("ssh: {address: 192.0.2.1}\nenvironment: {PASS: 3.14159}"), "environment.PASS")
     assert.is_nil(e:find("3.14159", 1, true), e)
