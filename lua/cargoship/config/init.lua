@@ -46,7 +46,15 @@
 -- Kubernetes would refuse at registration; string fields refuse numbers and booleans
 -- (YAML already lost their spelling: 0644 is 420), except map-of-string values (labels,
 -- environment, ssh options), where integers and booleans are taken as their text; file
--- `perm` must be a quoted octal string; `dst`/`dstDir` must be absolute.
+-- `perm` must be a quoted octal string; `dst`/`dstDir` must be absolute; no string but file
+-- `data` may hold a NUL (C would cut it there: a user "ro\0ot" logs in as "ro"), and
+-- identity fields (ssh/openSSH user, address, keyPath, configPath, options, file names and
+-- owners, registry names, TLS paths) hold no control character at all; an address is at
+-- most 253 characters (the DNS limit); the file itself at most MAX_FILE bytes.
+-- Errors never quote the value of a secret field (auth pass/token, file data, environment
+-- values) nor a URL's user-info; a quoted value is cut to 60 bytes, on a character
+-- boundary, followed by its length. Every error has a line and column: one with no node of
+-- its own (a bare-scalar document) is placed at its document's start.
 -- Where we are looser: booleans accept YAML 1.1 yes/no/on/off as Go's yaml.v3 does, and a
 -- value that came from ${VAR} is re-read as an integer/boolean where one is expected (Go
 -- expands before parsing).
