@@ -97,12 +97,10 @@ end
 function Transport:key(path, passphrase_env)
   local info = self.key_info[path]
   if info then return info end
-  local f, err = io.open(path, "rb")
-  if not f then
-    info = { err = "cannot read key " .. path .. ": " .. tostring(err) }
+  local text, err = keys.read(path)
+  if not text then
+    info = { err = err }
   else
-    local text = f:read("a")
-    f:close()
     local k, why = keys.inspect(text)
     if not k then info = { err = "key " .. path .. ": " .. why }
     elseif k.type == "rsa" or k.type == "dsa" then info = { err = "key " .. path .. ": " .. keys.RSA_MESSAGE }

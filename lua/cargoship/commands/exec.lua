@@ -43,7 +43,7 @@ M.arguments = { { name = "CLUSTER" }, { name = "COMMAND", rest = true } }
 M.keeps_log = true   -- every run that touches hosts keeps its debug log
 
 local function run_on(ctx, t, host, command, o, width)
-  local prefix = string.format("%-" .. width .. "s | ", host.name)
+  local prefix = lines.prefix(host.name, width)
   local conn, err, code = t:connect(host.connection, host.name)
   if not conn then return nil, err, code end
   local out = lines.writer(ctx.stdout, prefix)
