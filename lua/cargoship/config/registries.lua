@@ -60,13 +60,19 @@ function M.pem_problem(s)
   return nil
 end
 
+local function secrets_kind(v)
+  return require("cargoship.secrets").kind(v)
+end
+
 local function decode_auth(ctx, reg, rpath)
   local a = check.mapping(ctx, reg, "auth", rpath)
   if not a then return nil end
   local apath = join(rpath, "auth")
   check.fields(ctx, a, apath, { "user", "pass", "token" })
   local out = {
-    user = check.string(ctx, a, "user", apath, { nonempty = true, word = true }),
+    -- an encrypted user is armored over lines: its plain text is checked once decrypted
+    user = check.string(ctx, a, "user", apath, { nonempty = true,
+      word = not (type(a.user) == "string" and secrets_kind(a.user)) }),
     pass = check.string(ctx, a, "pass", apath, { nonempty = true, secret = true }),
     token = check.string(ctx, a, "token", apath, { nonempty = true, secret = true }),
   }
