@@ -136,6 +136,14 @@ static int l_task_cancelled(lua_State *L) {
   return 1;
 }
 
+/* task:stopping() -> true when the task is cancelled and not in its destructors or a shield:
+ * its next wait raises, so whatever it started is about to be wound up. */
+static int l_task_stopping(lua_State *L) {
+  cs_task *t = cs_loop_check_task(L, 1);
+  lua_pushboolean(L, t->cancelled && !t->cleanup && t->state != T_DONE);
+  return 1;
+}
+
 static int l_task_tostring(lua_State *L) {
   lua_pushfstring(L, "task %d", (int)cs_loop_check_task(L, 1)->id);
   return 1;
@@ -206,6 +214,7 @@ static const luaL_Reg task_methods[] = {
   {"status", l_task_status},
   {"id", l_task_id},
   {"cancelled", l_task_cancelled},
+  {"stopping", l_task_stopping},
   {NULL, NULL}
 };
 

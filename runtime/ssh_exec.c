@@ -284,7 +284,9 @@ static int exec_k(lua_State *L, int status, lua_KContext ctx) {
   if (w == CS_WAKE_TIMEOUT) {
     op_release(L, op);
     op->state = E_DONE;
-    return cs_ssh_fail(L, op->ss, "timeout", "exec", "timed out after %s s", lua_tostring(L, A_DEADLINE + 1));
+    double t = lua_tonumber(L, A_DEADLINE + 1);
+    if (t == (double)(int)t) return cs_ssh_fail(L, op->ss, "timeout", "exec", "timed out after %d s", (int)t);
+    return cs_ssh_fail(L, op->ss, "timeout", "exec", "timed out after %f s", t);
   }
   return exec_step(L, op);
 }
