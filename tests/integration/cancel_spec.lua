@@ -1,4 +1,4 @@
--- Integration specs of ending what a run started: remote commands ended on cancel and timeout, long commands, keepalive.
+-- Integration specs of ending what a run started: commands ended on cancel and timeout, long commands, keepalive.
 --
 -- Every check of a host's process table goes through a connection of its own (a separate
 -- loop.run), never the one whose commands were ended.
