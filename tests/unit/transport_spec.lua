@@ -1,4 +1,4 @@
--- Specs of transport connections over a stand-in session: command tags, long commands, ending commands on cancel and timeout.
+-- Specs of transport connections over a stand-in session: tags, long commands, ending commands on cancel and timeout.
 local loop = require "cargoship.loop"
 local transport = require "cargoship.transport"
 
