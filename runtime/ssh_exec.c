@@ -26,6 +26,9 @@ typedef struct {
 enum { A_SESSION = 1, A_CMD, A_OPTS, A_OP, A_DEADLINE };
 
 #define READ_CHUNK 32768   /* libssh2's max packet: larger reads buy nothing */
+/* libssh2 1.10 builds an exec request in one packet of at most 35000 bytes (measured: a
+ * 33000-byte command goes, 35000 fails with -34); refuse before it says so opaquely. */
+#define MAX_COMMAND 32768
 
 /* Doubling growth: 100 MB of output costs O(n) copies, not O(n^2). */
 static int buf_add(membuf *b, const char *data, size_t n) {
@@ -297,7 +300,11 @@ static int exec_k(lua_State *L, int status, lua_KContext ctx) {
  * a stream is handed over chunk by chunk and not kept; callbacks must not wait. */
 static int l_ssh_exec(lua_State *L) {
   cs_ssh *ss = cs_ssh_check(L, A_SESSION);
-  luaL_checkstring(L, A_CMD);
+  size_t cmdlen;
+  luaL_checklstring(L, A_CMD, &cmdlen);
+  if (cmdlen > MAX_COMMAND)
+    return cs_ssh_fail(L, ss, "io", "exec", "the command is %d bytes, over the %d an exec request holds; "
+                       "send a longer script over stdin", (int)cmdlen, MAX_COMMAND);
   if (lua_isnoneornil(L, A_OPTS)) {
     lua_settop(L, A_CMD);
     lua_newtable(L);

@@ -34,8 +34,8 @@ local M = {}
 
 local MARK = "\30cs-exit:"
 
--- The largest wire form sent in the exec request itself (libssh2 1.10 sends at most a
--- 32 KiB packet); longer commands travel over stdin.
+-- The largest wire form sent in the exec request itself (libssh2 1.10 refuses requests over
+-- about 34 KB, the runtime over 32 KiB); longer commands travel over stdin.
 M.MAX_INLINE = 30000
 -- Keepalive defaults: a silent host fails after 3 x 10 s.
 M.KEEPALIVE, M.KEEPALIVE_COUNT_MAX = 10, 3

@@ -138,6 +138,24 @@ describe("long commands", function()
     assert.are.equal("line 2000 of a long script, quoted: 'x'", got[2000])
   end)
 
+  it("is refused by session:exec itself over 32768 bytes, naming the limit, the session still usable", function()
+    local out, err, code, after = run(function()
+      local h = lab.host(1)
+      local kh = assert(require("cargoship.ssh").known_hosts(lab.known_hosts))
+      local s = assert(require("cargoship.ssh").connect { address = h.address, user = "root", key_path = lab.key,
+        known_hosts = kh, name = h.name })
+      local a, b, d = s:exec(": " .. string.rep("x", 40000))
+      local e = s:exec("echo fine")
+      s:close()
+      return a, b, d, e
+    end)
+    assert.is_nil(out)
+    assert.are.equal("io", code)
+    assert.are.equal(lab.host(1).name .. ": exec: the command is 40002 bytes, over the 32768 an exec request holds; "
+      .. "send a longer script over stdin", err)
+    assert.are.equal("fine\n", after)
+  end)
+
   it("refuses a long command that has stdin of its own, naming the limit", function()
     local out, err, code = run(function()
       local h = lab.host(1)
