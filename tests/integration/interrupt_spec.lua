@@ -147,7 +147,7 @@ describe("cargoship exec stopped", function()
   local path
   setup(function() path = cluster("exec.yaml") end)
 
-  for _, sig in ipairs { "INT", "TERM", "HUP" } do
+  for _, sig in ipairs { "INT", "TERM", "HUP", "QUIT" } do
     it("by SIG" .. sig .. " ends the command on every host and exits 130", function()
       local n = marker()
       local r = run_bin("exec " .. q(path) .. " -- sleep " .. n, function() wait_sleeping(n) end, sig)
