@@ -197,6 +197,21 @@ describe("cargoship exec output into a pipe", function()
     assert.is_true(at["h3 | second"] - at["h1 | second"] > 4, "h1's lines waited for h3")
   end)
 
+  it("ends every host's command when the reader goes away (EPIPE), exit 1", function()
+    local n = marker()
+    local rcf = os.tmpname()
+    local cmd = q("(while :; do echo x; sleep 0.3; done) & sleep " .. n)
+    local t0 = util.now()
+    lab.sh(string.format("{ env HOME=%s %s exec %s -- %s 2>/dev/null; echo $? > %s; } | head -n 2 >/dev/null",
+      q(work), q(lab.bin), q(path), cmd, rcf))
+    local took = util.now() - t0
+    local rc = tonumber(read(rcf):match("%d+"))
+    os.remove(rcf)
+    assert.are.equal(1, rc)
+    assert.is_true(took < 20, "took " .. took .. " s")
+    assert.are.same(none(), sleepers(n))
+  end)
+
   it("keeps what was printed when cargoship is killed with SIGKILL", function()
     local n = marker()
     local got, pidf = os.tmpname(), os.tmpname()
