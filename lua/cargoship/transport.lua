@@ -452,7 +452,8 @@ end
 -- Ends one command of ours; its outcome goes into e.end_err when it could not be confirmed.
 local function end_command(self, e)
   e.killing = true
-  local ok, err = kill_commands(self, { e })
+  local pok, ok, err = pcall(kill_commands, self, { e })   -- a closed session raises
+  if not pok then ok, err = nil, tostring(ok) end
   if not ok then e.end_err = err end
   command_done(self, e)
   return ok, err
@@ -537,7 +538,7 @@ function Connection:exec(cmd, opts)
     error(r[2], 0)
   end
   if r[2] == nil and r[4] == "timeout" and not e.done then
-    local ok = end_command(self, e)
+    local ok = loop.shield(end_command, self, e)
     return nil, r[3] .. (ok and "; its processes on the host were ended"
       or ("; ending its processes on the host failed: " .. tostring(e.end_err))), "timeout"
   end

@@ -90,6 +90,22 @@ describe("transport connections", function()
     assert.matches("CARGOSHIP_CMD=r1.1.1", s.wires[2], 1, true)
   end)
 
+  it("finish ending a timed-out command when the task is cancelled meanwhile", function()
+    local s = fake_session()
+    local running
+    run(function()
+      local c = connection(s)
+      local t = loop.spawn(function() return c:exec("sleep 300", { timeout = 0.05 }) end)
+      loop.sleep(0.08)   -- the kill is under way now
+      t:cancel()
+      t:join()
+      running = c:running()
+    end)
+    assert.are.same({ "sleep", "kill" }, s.log)
+    assert.is_true(s.killed)
+    assert.are.equal(0, running)
+  end)
+
   it("say so when the processes could not be confirmed ended", function()
     local s = fake_session { kill_exit = 1 }
     local _, err = run(function()
