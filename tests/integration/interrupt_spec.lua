@@ -237,7 +237,7 @@ describe("cargoship exec output into a pipe", function()
 end)
 
 describe("cargoship apply --confirm stopped while it holds the locks", function()
-  for _, how in ipairs { "TERM", "INT", "timeout" } do
+  for _, how in ipairs { "TERM", "INT", "HUP", "timeout" } do
     it((how == "timeout" and "by --timeout" or ("by SIG" .. how))
       .. " ends the phase's commands, then releases every lock", function()
       local n = marker()
