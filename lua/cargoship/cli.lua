@@ -33,7 +33,7 @@ M.EXIT_DOC = {
   { "pending", "dry run finished and work is pending" },
   { "locked", "another cargoship holds a host lock" },
   { "internal", "internal error (a bug; re-run with -vv and report the traceback)" },
-  { "interrupted", "interrupted (SIGINT or SIGTERM)" },
+  { "interrupted", "interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT)" },
 }
 
 M.GLOBAL_OPTIONS = {

@@ -121,11 +121,16 @@ function Logger:writer(stream)
     write = function(w, ...)
       local parts = table.pack(...)
       for i = 1, parts.n do parts[i] = tostring(parts[i]) end
-      stream:write(redact(shared, table.concat(parts, "", 1, parts.n)))
+      -- a failed write (EPIPE: the reader went away) is the caller's to see
+      local ok, err = stream:write(redact(shared, table.concat(parts, "", 1, parts.n)))
+      if not ok then return nil, err end
       return w
     end,
     flush = function(w)
-      if stream.flush then stream:flush() end
+      if stream.flush then
+        local ok, err = stream:flush()
+        if not ok then return nil, err end
+      end
       return w
     end,
   }
