@@ -1,4 +1,4 @@
--- distros.build: `cargoship package create`: stages a distro.yaml directory's files, images and values into a verified archive.
+-- distros.build: `cargoship package create`: a distro.yaml directory's files, images and values into an archive.
 --
 -- create(src, {out = path|dir|nil, file_overrides = {"PREFIX=DIR", ...}, now = epoch}) -> archive path | nil, why
 -- Offline by design (hosts and build machines are often air-gapped): a file's source is a
@@ -61,8 +61,8 @@ local function stage_entry(f, i, which, base, stage, overrides, work)
     local ok, why = pkg.perm(f.perm)
     if not ok then return nil, at .. ".perm: " .. why end
   end
-  local entries = pkg.entries_of({ spec = { config = which == "os" and { os = { files = { f } } } or { files = { f } } } },
-    nil, which)
+  local one = which == "os" and { os = { files = { f } } } or { files = { f } }
+  local entries = pkg.entries_of({ spec = { config = one } }, nil, which)
   if not entries then return nil, at .. ": invalid entry" end
   local name = basename(entries[1].target)
   local rel = string.format("%s/%d/%s", which, i - 1, name)
@@ -171,9 +171,9 @@ end
 function M.create(src, opts)
   opts = opts or {}
   local warn = opts.warn or function() end
-  local base, yaml_path = src:gsub("/+$", ""), nil
-  if base:match("%.ya?ml$") then yaml_path, base = base, (base:match("^(.*)/[^/]*$") or ".")
-  else yaml_path = base .. "/distro.yaml" end
+  local base = src:gsub("/+$", "")
+  local yaml_path = base .. "/distro.yaml"
+  if base:match("%.ya?ml$") then yaml_path, base = base, (base:match("^(.*)/[^/]*$") or ".") end
   local yaml = require "cargoship.yaml"
   local docs, err = yaml.load_file(yaml_path)
   if not docs then return nil, tostring(err) end

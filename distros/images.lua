@@ -1,4 +1,4 @@
--- distros.images: OCI image layouts in a distro package: copy images in at build, export one tarball per image and architecture at apply.
+-- distros.images: OCI images in a distro package: copied in at build, one tarball per image and arch at apply.
 --
 -- No registry is ever contacted: create reads images from local OCI layouts (a directory with
 -- oci-layout, index.json, blobs/) or OCI archives (the same, as a tar) the package names in
@@ -126,7 +126,10 @@ function M.copy(sources, refs, arches, dest, base)
       layouts[#layouts + 1] = p
     elseif io.open(p, "rb") then
       local d = require("distros.package").unpack(p)
-      if not d then cleanup() return nil, string.format("spec.config.imageConfig.sources[%d]: %s: not an OCI archive", i - 1, s) end
+      if not d then
+        cleanup()
+        return nil, string.format("spec.config.imageConfig.sources[%d]: %s: not an OCI archive", i - 1, s)
+      end
       temps[#temps + 1] = d
       layouts[#layouts + 1] = d
     else

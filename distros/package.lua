@@ -1,4 +1,4 @@
--- distros.package: loads a distro package (archive, unpacked directory or bare distro.yaml), verifies it, lists what it ships.
+-- distros.package: loads a distro package (archive, directory or bare distro.yaml), verifies it, lists its files.
 --
 -- read(path) -> pkg | nil, why
 --   path: a built package archive (.tar.zst, .tar, .tar.gz: unpacked to a temp directory),
@@ -176,7 +176,9 @@ function M.verify(dir, doc)
     n = n + 1
     local sum, rel = line:match("^(%x+) (.+)$")
     if not sum or #sum ~= 64 then return nil, string.format("checksums.txt:%d: not \"<sha256> <path>\"", n) end
-    if not M.safe_relative(rel) then return nil, string.format("%s: path leaves the package (checksums.txt:%d)", rel, n) end
+    if not M.safe_relative(rel) then
+      return nil, string.format("%s: path leaves the package (checksums.txt:%d)", rel, n)
+    end
     listed[rel] = sum:lower()
   end
   if text ~= "" and text:sub(-1) ~= "\n" then return nil, "checksums.txt: the last line has no newline" end
@@ -285,8 +287,9 @@ function M.read(path)
         tostring(s)))
     end
   end
-  local built = field(d, "metadata", "aggregateChecksum") ~= nil
-    or io.open(dir .. "/checksums.txt", "rb") ~= nil
+  local sums = io.open(dir .. "/checksums.txt", "rb")
+  if sums then sums:close() end
+  local built = field(d, "metadata", "aggregateChecksum") ~= nil or sums ~= nil
   if built then
     local ok, why = M.verify(dir, d)
     if not ok then return fail((temp and path or dir) .. ": " .. why) end

@@ -30,7 +30,8 @@ verify   checks PKG whole: checksums.txt against metadata.aggregateChecksum, eve
          paths inside it, every file entry's target and perm.
 
 PKG is a package archive (.tar.zst, .tar, .tar.gz) or an unpacked package directory;
-apply --distro takes either, and verifies it the same way before touching a host.
+`cargoship apply` takes either as its distro package, and verifies it the same way
+before touching a host.
 Exit codes: 0 done, 1 the package is invalid (the message names the file), 2 usage.]]
 
 M.options = {
@@ -66,8 +67,8 @@ function M.describe(p)
   local function files(title, list)
     add("%s (%d):", title, #list)
     for _, e in ipairs(list) do
-      local size = e.staged and require("cargoship.util").sha256_file(e.staged) and select(2,
-        require("cargoship.util").sha256_file(e.staged)) or nil
+      local size
+      if e.staged then size = select(2, require("cargoship.util").sha256_file(e.staged)) end
       add("  %s  %s%s  [%s]%s", e.mode, e.target, size and string.format(" (%d bytes)", size) or "",
         selector_text(e.selector), #e.symlinks > 0 and ("  links " .. table.concat(e.symlinks, " ")) or "")
     end

@@ -1,4 +1,4 @@
--- Specs of runtime/archive.c: archives written here are read by GNU tar and zstd, and unsafe members are refused by name.
+-- Specs of runtime/archive.c: archives written here are read by GNU tar; unsafe members are refused by name.
 local archive = require "cargoship.archive"
 local util = require "cargoship.util"
 
