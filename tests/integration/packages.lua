@@ -1,4 +1,4 @@
--- tests/integration/packages.lua: test packages built offline once per test run (a real .rpm, a real .deb, a big file), shared by specs and bench.
+-- tests/integration/packages.lua: a real .rpm, a real .deb and a big file, built offline once per test run.
 --
 -- build() -> {dir, rpm, deb, big, big_sha256}: cached under $CS_TEST_PKG_DIR (default
 -- /tmp/cargoship-test-pkgs-<LAB_PREFIX>): a spec or the benchmark that runs later in the same
@@ -63,7 +63,8 @@ Description: cargoship test package
  A package whose postinst leaves a mark.
 ]]
 
-local POSTINST = "#!/bin/sh\nset -e\nmkdir -p /var/lib/cs-test\necho 'cs-test postinst ran' > /var/lib/cs-test/deb-postinst\n"
+local POSTINST = "#!/bin/sh\nset -e\nmkdir -p /var/lib/cs-test\n"
+  .. "echo 'cs-test postinst ran' > /var/lib/cs-test/deb-postinst\n"
 
 function M.build(opts)
   opts = opts or {}
