@@ -61,6 +61,14 @@ local function stage_entry(f, i, which, base, stage, overrides, work)
     local ok, why = pkg.perm(f.perm)
     if not ok then return nil, at .. ".perm: " .. why end
   end
+  -- upstream's k3s examples list an SELinux .rpm as a binary: copied, never installed, its
+  -- %post never run (distro-package.md §14.4); refused here rather than shipped broken
+  local sel = type(f.selector) == "table" and f.selector or {}
+  local ext = tostring(f.target):match("%.(%a+)$")
+  if sel.package == "binary" and (ext == "rpm" or ext == "deb") then
+    return nil, string.format("%s: a .%s under selector.package binary would only be copied, never installed "
+      .. "(its scriptlets would not run): list it under package: %s", at, ext, ext == "rpm" and "rpm" or "apt")
+  end
   local one = which == "os" and { os = { files = { f } } } or { files = { f } }
   local entries = pkg.entries_of({ spec = { config = one } }, nil, which)
   if not entries then return nil, at .. ": invalid entry" end
