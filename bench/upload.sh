@@ -92,6 +92,8 @@ ans() {
     ansible-playbook -i "$STATE/inventory.ini" -f "$N" "$WORK/copy.yml"
   local rc=$?; rm -rf "$cp"; return $rc
 }
+export N BIN CLUSTER PKG HOSTS CFG WORK STATE
+export -f cs ossh ans
 for tool in cs ossh ans; do
   : >"$WORK/$tool.runs"
   for _ in $(seq "$RUNS"); do timed "$tool" "$tool" >>"$WORK/$tool.runs"; done

@@ -1,4 +1,4 @@
--- Specs of phase 25 "Install staged files": packages not installed at the staged version go through the OS's tool; binaries move.
+-- Specs of phase 25 "Install staged files": packages not at the staged version are installed; binaries move.
 local phase = require "cargoship.phases.install_staged"
 local os_registry = require "cargoship.os"
 
