@@ -16,6 +16,8 @@ local read, write = lab.read, lab.write
 local UPLOAD_PHASES = { "upload_files", "upload_rpm", "upload_apt", "upload_binaries", "install_staged" }
 
 local work, pk, pkg_path
+-- two tags of one repository on a registry with a port: the names upstream made collide
+local IMAGES = { "registry.local:5000/team/app:1.0", "registry.local:5000/team/app:1.1" }
 
 local function ssh(i, cmd)
   return lab.sh("ssh -F " .. q(lab.state .. "/ssh_config") .. " h" .. i .. " " .. q(cmd))
@@ -35,11 +37,15 @@ spec:
          symlinks: [/etc/cs-test/links/site.pem]}
       - {data: "inline data\n", target: /etc/cs-test/inline.txt}
       - {source: %s, target: /opt/cs-big/blob.bin, shasum: "%s"}
+    imageConfig:
+      path: /var/lib/rancher/rke2/agent/images
+      sources: [oci]
+      images: ["%s", "%s"]
     os:
       files:
         - {source: %s, target: /var/lib/rancher/rke2/rpm/cs-test-1.0-1.noarch.rpm, selector: {package: rpm}}
         - {source: %s, target: /var/lib/rancher/rke2/deb/cs-test_1.0_all.deb, selector: {package: apt}}
-]], p.big, p.big_sha256, p.rpm, p.deb)
+]], p.big, p.big_sha256, IMAGES[1], IMAGES[2], p.rpm, p.deb)
 end
 
 local function cluster()
@@ -104,6 +110,7 @@ setup(function()
   assert(os.execute("mkdir -p " .. q(work .. "/src")))
   pk = packages.build()
   write(work .. "/src/site.pem", "-----BEGIN CERTIFICATE-----\nlab\n-----END CERTIFICATE-----\n")
+  packages.oci_layout(work .. "/src/oci", IMAGES)
   write(work .. "/src/distro.yaml", distro_yaml(pk))
   local code, out = lab.sh(q(lab.bin) .. " package create " .. q(work .. "/src") .. " -o " .. q(work))
   assert(code == 0, out)
@@ -160,6 +167,14 @@ describe("apply --distro: the upload phases on Debian and Rocky-flavoured hosts"
       assert.matches("^600\n", out)
       assert.matches("file\t/opt/cs%-big/blob%.bin\n", out)
       assert.matches("engine\t/var/lib/rancher/rke2/", out)
+      -- one tarball per image, for the host's arch, each naming its own tag
+      for _, ref in ipairs(IMAGES) do
+        local name = require("distros.images").file_name(ref, "none")
+        assert.matches("image\t/var/lib/rancher/rke2/agent/images/" .. name:gsub("%p", "%%%0"), out)
+        local c, o = ssh(i, "cd /tmp && tar -xOf /var/lib/rancher/rke2/agent/images/" .. name .. " manifest.json")
+        assert.are.equal(0, c, o)
+        assert.are.same({ ref }, cjson.decode(o)[1].RepoTags)
+      end
     end
   end)
 

@@ -66,6 +66,45 @@ Description: cargoship test package
 local POSTINST = "#!/bin/sh\nset -e\nmkdir -p /var/lib/cs-test\n"
   .. "echo 'cs-test postinst ran' > /var/lib/cs-test/deb-postinst\n"
 
+-- An OCI layout at dir holding each ref as a two-architecture index (amd64, arm64), made by
+-- hand: a real tar layer, its config and manifest per arch, the index, sha256 digests.
+function M.oci_layout(dir, refs)
+  local archive = require "cargoship.archive"
+  local json = require "cargoship.json"
+  local function blob(media, bytes)
+    local hex = util.sha256(bytes)
+    sh("mkdir -p " .. q(dir .. "/blobs/sha256"))
+    write(dir .. "/blobs/sha256/" .. hex, bytes)
+    return { mediaType = media, digest = "sha256:" .. hex, size = #bytes }
+  end
+  local function image(arch, ref)
+    local t = dir .. "/layer.tar"
+    assert(archive.write(t, { { name = "etc", dir = true },
+      { name = "etc/image", data = arch .. " " .. ref .. "\n" } }))
+    local f = assert(io.open(t, "rb"))
+    local layer = blob("application/vnd.oci.image.layer.v1.tar", f:read("a"))
+    f:close()
+    os.remove(t)
+    local config = blob("application/vnd.oci.image.config.v1+json", json.encode({ architecture = arch, os = "linux",
+      rootfs = { type = "layers", diff_ids = { layer.digest } } }))
+    local man = blob("application/vnd.oci.image.manifest.v1+json", json.encode({ schemaVersion = 2,
+      mediaType = "application/vnd.oci.image.manifest.v1+json", config = config, layers = { layer } }))
+    man.platform = { os = "linux", architecture = arch }
+    return man
+  end
+  local top = {}
+  for _, ref in ipairs(refs) do
+    local idx = blob("application/vnd.oci.image.index.v1+json", json.encode({ schemaVersion = 2,
+      mediaType = "application/vnd.oci.image.index.v1+json",
+      manifests = { image("amd64", ref), image("arm64", ref) } }))
+    idx.annotations = { ["org.opencontainers.image.ref.name"] = ref }
+    top[#top + 1] = idx
+  end
+  write(dir .. "/index.json", json.encode({ schemaVersion = 2, manifests = top }))
+  write(dir .. "/oci-layout", '{"imageLayoutVersion":"1.0.0"}')
+  return dir
+end
+
 function M.build(opts)
   opts = opts or {}
   local dir = os.getenv("CS_TEST_PKG_DIR") or ("/tmp/cargoship-test-pkgs-" .. (os.getenv("LAB_PREFIX") or "lab"))
