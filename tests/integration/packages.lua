@@ -77,6 +77,7 @@ function M.oci_layout(dir, refs)
     write(dir .. "/blobs/sha256/" .. hex, bytes)
     return { mediaType = media, digest = "sha256:" .. hex, size = #bytes }
   end
+  sh("mkdir -p " .. q(dir .. "/blobs/sha256"))
   local function image(arch, ref)
     local t = dir .. "/layer.tar"
     assert(archive.write(t, { { name = "etc", dir = true },
