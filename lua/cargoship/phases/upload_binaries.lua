@@ -17,8 +17,9 @@ local M = {
   creates = { "staged_engine", "upload_records" },
 }
 
+-- A bare distro.yaml (engine facts only, not built) ships nothing, so it leaves no records.
 function M.prepare(ctx)
-  if not ctx.distro then return {} end
+  if not ctx.distro or not ctx.distro.built then return {} end
   return ctx.hosts
 end
 
