@@ -13,7 +13,7 @@ local log = require "cargoship.log"
 local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
-M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault" }
+M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault", "package" }
 
 M.EXIT = {
   ok = 0,

@@ -10,7 +10,7 @@ local runner = require "cargoship.pipeline.runner"
 local M = {}
 
 M.name = "apply"
-M.summary = "bring a cluster's hosts to what its cluster file describes (phases 8-29 not in this build)"
+M.summary = "bring a cluster's hosts to what its cluster file describes (engines not installed by this build)"
 M.usage = [[
 Usage: cargoship apply [options] CLUSTER
 
@@ -19,9 +19,19 @@ ordered phases of apply (docs/dry-run.md lists them).
 
 IN THIS BUILD: phases 1-7 (connect, detect operating systems, gather host facts, validate
 hosts, gather distro facts, check for nodes no longer in the config, acquire the host
-lock), 30 (release the lock) and 31 (disconnect). Phases 8-29 (preparing hosts, uploads,
-installing and upgrading engines) are not in this build: apply installs and upgrades
-nothing yet, and its report says so.
+lock), 14-17 (upload the distro package's files, image tarballs and engine files: RPM,
+APT or binaries), 25 (install the staged engine files: dnf, apt-get without update, or
+binaries moved into place), 30 (release the lock) and 31 (disconnect). Phases 8-13,
+18-24 and 26-29 (preparing hosts, importing images, configuring, starting and upgrading
+engines) are not in this build, and the report says so.
+
+--distro PACKAGE is a package archive (cargoship package create), an unpacked package
+directory, or a bare distro.yaml (engine facts only; nothing to upload). A built package
+is verified whole before any host is touched: a missing, extra or altered file is an
+error naming it. Uploads go to a temporary name beside each target, are fsync'd, checked
+against their sha256 on the host and renamed; a file whose hash and mode already match is
+not sent. At most --concurrent-uploads hosts upload at once (default 8: on a 1 Gbit link
+eight streams already fill the pipe); on a terminal the progress line counts bytes.
 
 With --dry-run, apply connects to every host and runs the read-only phases for real, then
 reports every other phase with what it would do on each host, "nothing to do", or
@@ -61,8 +71,10 @@ M.options = {
   { long = "values", value = "FILE", check = args.checks.nonempty, multiple = true,
     help = "override the distro package's values from FILE; later files win" },
   { long = "distro", value = "PACKAGE", check = args.checks.nonempty,
-    help = "the distro package (its distro.yaml or directory): engine, version and architectures "
-      .. "that install/upgrade/downgrade are judged against" },
+    help = "the distro package (archive, unpacked directory or distro.yaml): its files are uploaded, "
+      .. "its engine and version judged against" },
+  { long = "concurrent-uploads", value = "N", check = args.checks.positive_int, default = 8,
+    help = "upload to at most N hosts at once" },
   { long = "allow-downgrade", help = "go on although a host runs a newer engine than the distro package" },
   { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
     help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts; a host's "
@@ -101,6 +113,7 @@ function M.apply_options(ctx, a)
     log_file = ctx.log:file_path(),
     distro = o.distro,
     allow_downgrade = o.allow_downgrade,
+    concurrent_uploads = o.concurrent_uploads,
     known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
     host_key_policy = o.host_key_policy,
     ssh_timeout = o.ssh_timeout,
@@ -285,7 +298,11 @@ function M.run(ctx, a)
   end
   apply_options.passphrase = require("cargoship.prompt").passphrase_source(ctx.env,
     ctx.isatty and ctx.isatty.stdin)
-  return run_pipeline(ctx, cluster, apply_options)
+  local ok, code = pcall(run_pipeline, ctx, cluster, apply_options)
+  -- an archive was unpacked to a temp directory of ours: gone with the run
+  require("distros.package").release(apply_options.distro_package)
+  if not ok then error(code, 0) end
+  return code
 end
 
 return M

@@ -209,5 +209,11 @@ function Context:apply(host, actions)
   return true
 end
 
+-- ctx:progress(done, n, detail): a phase's own progress (the upload phases' bytes): on a
+-- terminal the phase's line reads "... done/n hosts, detail". Nothing elsewhere.
+function Context:progress(done, n, detail)
+  if self._progress then self._progress(done, n, detail) end
+end
+
 M.Context = Context
 return M

@@ -382,7 +382,7 @@ function Run:phase(i, phase)
   local t0 = loop.now()
   local before = counters(ctx.hosts)
   ctx._failures = {}
-  ctx._progress = function(done, n) self.progress:hosts(done, n) end
+  ctx._progress = function(done, n, detail) self.progress:hosts(done, n, detail) end
   local trace
   local ok, err = xpcall(function()
     local hosts = self:prepare(phase)

@@ -1,8 +1,9 @@
 -- cargoship.pipelines.apply: the phases of `cargoship apply`, in order (spec/apply-phases.txt).
 --
--- Only phases 1-7, 30 and 31 are in this build. Phases 8-29 (preparing hosts, uploads,
--- installing and upgrading engines) are not written yet; the report and `apply --help` say
--- so instead of pretending they ran.
+-- In this build: phases 1-7, the uploads 14-17, 25 (install staged files), 30 and 31.
+-- Phases 8-13, 18-24 and 26-29 (preparing hosts, importing images, configuring,
+-- initializing and upgrading engines, syncing config, kubeconfig, labels) are not written
+-- yet; the report and `apply --help` say so instead of pretending they ran.
 local M = {}
 
 M.name = "apply"
@@ -18,14 +19,21 @@ M.phases = {
   { 5, "cargoship.phases.distro_facts" },
   { 6, "cargoship.phases.removed_nodes" },
   { 7, "cargoship.phases.acquire_lock" },
+  { 14, "cargoship.phases.upload_files" },
+  { 15, "cargoship.phases.upload_rpm" },
+  { 16, "cargoship.phases.upload_apt" },
+  { 17, "cargoship.phases.upload_binaries" },
+  { 25, "cargoship.phases.install_staged" },
   { 30, "cargoship.phases.release_lock" },
   { 31, "cargoship.phases.disconnect" },
 }
 
+-- The report prints the text once, where the largest gap (18-24) is; it names every gap.
 M.not_in_build = {
-  first = 8,
-  last = 29,
-  text = "phases 8-29 (preparing hosts, uploads, installing and upgrading engines) are not in this build",
+  first = 18,
+  last = 24,
+  text = "phases 8-13, 18-24 and 26-29 (preparing hosts, importing images, configuring the engine, "
+    .. "initializing and upgrading engines, syncing config, kubeconfig, labels) are not in this build",
 }
 
 return M

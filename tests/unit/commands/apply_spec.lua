@@ -51,7 +51,7 @@ describe("apply", function()
       timeout = 90, update_firewall = true, update_hosts = true, allow_unmanaged_nodes = true,
       values = { "a.yaml", "b.yaml" }, log_file = "/tmp/run.log",
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
-      max_clock_skew = 30, allow_downgrade = false,
+      max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8,
     }, apply.apply_options(ctx_with_log("/tmp/run.log"), a))
   end)
 
@@ -60,14 +60,15 @@ describe("apply", function()
       cluster_file = "c.yaml", dry_run = false, confirm = false, concurrency = 30, output = "text",
       update_firewall = false, update_hosts = false, allow_unmanaged_nodes = false, values = {},
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
-      max_clock_skew = 30, allow_downgrade = false,
+      max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8,
     }, apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml" })))
   end)
 
   it("takes the SSH and distro flags", function()
     local o = apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml", "--known-hosts", "/kh",
       "--host-key-policy", "accept-new", "--ssh-timeout", "5s", "--max-clock-skew", "2m",
-      "--distro", "pkg/", "--allow-downgrade" }))
+      "--distro", "pkg/", "--allow-downgrade", "--concurrent-uploads", "3" }))
+    assert.are.equal(3, o.concurrent_uploads)
     assert.are.equal("/kh", o.known_hosts)
     assert.are.equal("accept-new", o.host_key_policy)
     assert.are.equal(5, o.ssh_timeout)

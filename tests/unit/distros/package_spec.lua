@@ -32,8 +32,13 @@ spec:
   version: 1.35.4-rke2r1
   config: {}
 ]])
+    local got = package_reader.read(p)
     assert.same({ type = "rke2", version = "1.35.4-rke2r1", architectures = { "amd64", "arm64" },
-                  name = "demo-rke2", file = p, engine = {} }, package_reader.read(p))
+                  name = "demo-rke2", file = p, engine = {} },
+                { type = got.type, version = got.version, architectures = got.architectures, name = got.name,
+                  file = got.file, engine = got.engine })
+    -- no checksums.txt and no aggregate: a definition, not a built package (no files to upload)
+    assert.is_false(got.built)
   end)
 
   it("carries spec.config.engine for the engine configurers to render", function()

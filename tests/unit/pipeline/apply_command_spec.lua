@@ -222,8 +222,9 @@ describe("apply with a pipeline", function()
   it("--help says what is not in this build, what a dry run does, consent and exit codes", function()
     local code, out = support.run({ "apply", "--help" })
     assert.are.equal(0, code)
-    assert.matches("Phases 8-29 (preparing hosts, uploads,\ninstalling and upgrading engines) are not in this build",
-      out, 1, true)
+    assert.matches("Phases 8-13,\n18-24 and 26-29 (preparing hosts, importing images, configuring, starting and "
+      .. "upgrading\nengines) are not in this build", out, 1, true)
+    assert.matches("At most --concurrent-uploads hosts upload at once (default 8", out, 1, true)
     assert.matches("takes no host lock", out, 1, true)
     assert.matches("--confirm is needed", out, 1, true)
     assert.matches("3 work is pending", out, 1, true)

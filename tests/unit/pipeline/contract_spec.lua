@@ -99,6 +99,11 @@ local SPEC = {
   [5] = { "Gathering facts about the distro installed", "read_only" },
   [6] = { "Checking for nodes no longer in the config", "read_only" },
   [7] = { "Acquire exclusive host lock", "reported" },
+  [14] = { "Upload files to hosts", "reported" },
+  [15] = { "Upload files to hosts – RPM", "reported" },
+  [16] = { "Upload files to hosts – APT", "reported" },
+  [17] = { "Upload files to hosts – Binaries", "reported" },
+  [25] = { "Install staged files", "reported" },
   [30] = { "Release exclusive host lock", "reported" },
   [31] = { "Disconnect from hosts", "own" },
 }
