@@ -1,6 +1,7 @@
 -- distros.package: reads what apply needs from a distro.yaml (kind ZarfDistro): engine type, version, architectures.
 --
 -- read(path) -> {type, version, architectures = {..}, name, file, engine} | nil, why
+-- os: spec.config.os checked and normalized (distros.os_config).
 -- engine: spec.config.engine as written ({config, audit, podSecurity, manifest}), which the
 -- engine configurers render from.
 -- path is a distro.yaml or a directory holding one. Architectures: build.architectures
@@ -61,8 +62,12 @@ function M.read(path)
     or list_of(field(d, "metadata", "architectures")) or list_of(field(d, "metadata", "architecture"))
     or { "amd64" }
   local section = field(d, "spec", "config", "engine")
+  -- spec.config.os: checked here, so a bad section stops apply before any host is touched
+  local os_section, os_err = require("distros.os_config").normalize(field(d, "spec", "config", "os"),
+    path:match("^(.*)/[^/]*$") or ".")
+  if not os_section then return nil, path .. ": " .. os_err end
   return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = path,
-           engine = type(section) == "table" and section or {} }
+           engine = type(section) == "table" and section or {}, os = os_section }
 end
 
 return M

@@ -1,8 +1,9 @@
 -- cargoship.pipelines.apply: the phases of `cargoship apply`, in order (spec/apply-phases.txt).
 --
--- Only phases 1-7, 30 and 31 are in this build. Phases 8-29 (preparing hosts, uploads,
--- installing and upgrading engines) are not written yet; the report and `apply --help` say
--- so instead of pretending they ran.
+-- Phases 1-13 (up to and including host preparation: environment, sysctl, kernel modules,
+-- container-selinux, fapolicyd, SELinux policy, /etc/hosts, firewall), 30 and 31 are in this
+-- build. Phases 14-29 (uploads, installing and upgrading engines) are not written yet; the
+-- report and `apply --help` say so instead of pretending they ran.
 local M = {}
 
 M.name = "apply"
@@ -18,14 +19,20 @@ M.phases = {
   { 5, "cargoship.phases.distro_facts" },
   { 6, "cargoship.phases.removed_nodes" },
   { 7, "cargoship.phases.acquire_lock" },
+  { 8, "cargoship.phases.prepare_hosts" },
+  { 9, "cargoship.phases.enterprise_linux" },
+  { 10, "cargoship.phases.fapolicyd" },
+  { 11, "cargoship.phases.selinux_policy" },
+  { 12, "cargoship.phases.update_hosts" },
+  { 13, "cargoship.phases.update_firewall" },
   { 30, "cargoship.phases.release_lock" },
   { 31, "cargoship.phases.disconnect" },
 }
 
 M.not_in_build = {
-  first = 8,
+  first = 14,
   last = 29,
-  text = "phases 8-29 (preparing hosts, uploads, installing and upgrading engines) are not in this build",
+  text = "phases 14-29 (uploads, installing and upgrading engines) are not in this build",
 }
 
 return M

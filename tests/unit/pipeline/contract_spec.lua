@@ -99,6 +99,12 @@ local SPEC = {
   [5] = { "Gathering facts about the distro installed", "read_only" },
   [6] = { "Checking for nodes no longer in the config", "read_only" },
   [7] = { "Acquire exclusive host lock", "reported" },
+  [8] = { "Prepare hosts", "reported" },
+  [9] = { "Prepare hosts - Enterprise Linux support", "reported" },
+  [10] = { "Prepare hosts - Enterprise Linux support - Fapolicyd", "reported" },
+  [11] = { "Prepare hosts - Enterprise Linux support - SELinux policy", "reported" },
+  [12] = { "Updating hosts file for clusters nodes", "reported" },
+  [13] = { "Updating hosts firewall", "reported" },
   [30] = { "Release exclusive host lock", "reported" },
   [31] = { "Disconnect from hosts", "own" },
 }

@@ -176,8 +176,8 @@ describe("report JSON", function()
     local gather = doc.phases[2]
     assert.are.same({ 2, 3, "gather_facts", "read_only", "ran" },
       { gather.index, gather.number, gather.id, gather.dry_run_policy, gather.verdict })
-    assert.are.same({ host = "ctrl-2", actions = {}, reason = cjson.null, error = cjson.null, probes = 1,
-      writes = 0 }, gather.hosts[2])
+    assert.are.same({ host = "ctrl-2", actions = {}, reason = cjson.null, left_alone = cjson.null, error = cjson.null,
+      probes = 1, writes = 0 }, gather.hosts[2])
     assert.are.same({ { kind = "note", say = "set vm.swappiness=0", outcome = cjson.null, error = cjson.null },
       { kind = "note", say = "write /etc/environment", outcome = cjson.null, error = cjson.null } },
       doc.phases[4].hosts[2].actions)
