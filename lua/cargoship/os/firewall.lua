@@ -449,16 +449,18 @@ function M.ufw_rule(r)
 end
 
 -- One line per rule, the same words a later run feeds to `ufw delete`: the operator's rules
--- first (ufw takes the first match), then the trusted sources, then the exposed ports.
+-- first (ufw takes the first match), then the trusted sources, then the exposed ports. Each
+-- carries its own comment tag: `ufw show added` prints rules in ufw's own spelling, so the
+-- tags, not the words, tell which of ours the host has.
 local function ufw_rules(plan)
   local rules, tags = {}, {}
   for _, r in ipairs(plan.rules or {}) do
     rules[#rules + 1] = M.ufw_rule(r)
-    tags[#rules] = "cargoship:" .. rule_name(r)
+    tags[#rules] = "cargoship:rule:" .. rule_name(r)
   end
   for _, a in ipairs(plan.trust or {}) do
     rules[#rules + 1] = "allow from " .. a
-    tags[#rules] = "cargoship:trust"
+    tags[#rules] = "cargoship:trust:" .. a
   end
   if plan.ports and #plan.ports > 0 then
     rules[#rules + 1] = "allow " .. M.UFW_APP
@@ -467,15 +469,12 @@ local function ufw_rules(plan)
   return rules, tags
 end
 
--- `ufw show added` lines -> {rule words = true}, comments dropped.
+-- `ufw show added` output -> {comment tag = true} of the rules that carry one.
 function M.parse_ufw_added(out)
   local set = {}
   for line in (out or ""):gmatch("[^\n]+") do
-    local rule = line:match("^ufw (.-)%s*$")
-    if rule then
-      rule = rule:gsub(" comment '[^']*'$", "")
-      set[rule] = true
-    end
+    local tag = line:match("^ufw .- comment '([^']*)'%s*$")
+    if tag then set[tag] = true end
   end
   return set
 end
@@ -503,16 +502,17 @@ local function ufw(plan)
     end
   end
   local now, tags = ufw_rules(plan)
-  local keep = {}
+  local keep, before = {}, lines_set(plan.previous)
   for _, r in ipairs(now) do keep[r] = true end
   for line in (plan.previous or ""):gmatch("[^\n]+") do
-    if not keep[line] and (not st or added[line]) then
+    if not keep[line] then
       out[#out + 1] = action.run { cmd = shell.words(table.unpack(words_of(line, { "ufw", "delete" }))),
                                    say = "ufw: drop rule " .. line }
     end
   end
   for i, r in ipairs(now) do
-    if not added[r] then
+    -- ours and unchanged: tagged on the host and recorded in these very words
+    if not (added[tags[i]] and before[r]) then
       local words = words_of(r, { "ufw" })
       words[#words + 1] = "comment"
       words[#words + 1] = tags[i]
