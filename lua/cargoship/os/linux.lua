@@ -183,8 +183,11 @@ function M:modules_actions(names, have, loaded)
   end
   if #load > 0 then
     out[#out + 1] = action.run {
-      cmd = "failed=; for m in " .. shell.words(table.unpack(load)) .. '; do modprobe -- "$m" || failed="$failed $m";'
-        .. ' done; if [ -n "$failed" ]; then echo "kernel module(s) failed to load:$failed" >&2; exit 1; fi',
+      -- the error names the modules on its first line (what a failed command's message shows),
+      -- then the last failure's first line of modprobe's own words
+      cmd = "failed=; why=; for m in " .. shell.words(table.unpack(load)) .. '; do if ! err=$(modprobe -- "$m" 2>&1);'
+        .. ' then failed="$failed $m"; why=$(printf %s "$err" | head -n 1); fi; done;'
+        .. ' if [ -n "$failed" ]; then echo "kernel module(s) failed to load:$failed ($why)" >&2; exit 1; fi',
       say = "load kernel module" .. (#load > 1 and "s " or " ") .. table.concat(load, ", ") }
   end
   return out

@@ -51,11 +51,13 @@ function M.probes(paths, want)
   local p = {}
   if next(want.env) then p.environment = cat(paths.environment) end
   if next(want.sysctl) then
+    p.sysctl_dir = shell.fmt("test -d %s", paths.sysctl_dir)
     p.sysctl_file = cat(paths.sysctl_dir .. "/99-cargoship.conf")
     -- one line per key: "key<TAB>value", tabs of multi-valued keys turned to spaces
     p.sysctl_live = "for k in " .. shell.words(table.unpack(sorted_keys(want.sysctl)))
       .. [[; do v=$(sysctl -n -- "$k" 2>/dev/null | tr '\t\n' '  ') && printf '%s\t%s\n' "$k" "$v"; done; true]]
   end
+  if #want.kernel > 0 then p.modules_dir = shell.fmt("test -d %s", paths.modules_load_dir) end
   for i, m in ipairs(want.kernel) do
     p["module_file_" .. i] = cat(paths.modules_load_dir .. "/" .. m .. ".conf")
     p["module_loaded_" .. i] = shell.fmt("m=%s; [ -d /sys/module/$m ] || grep -q \"/$m.ko\" "
@@ -66,6 +68,14 @@ end
 
 local function norm(v)
   return (tostring(v):gsub("%s+", " "):gsub("^ ", ""):gsub(" $", ""))
+end
+
+-- A drop-in directory the host lacks (a minimal or runit host has no systemd ones) is made
+-- first, 0755 as the distributions ship them, only when a file is to go in it.
+local function mkdir(out, probe, dir, needed)
+  if needed and probe and probe.code ~= 0 then
+    out[#out + 1] = action.run { cmd = shell.fmt("mkdir -p -m 0755 %s", dir), say = "create " .. dir }
+  end
 end
 
 -- Probe answers -> records | nil, why. Pure: the fixture specs feed it answers.
@@ -97,6 +107,7 @@ function M.decide(cfg, want, res)
     for _, k in ipairs(sorted_keys(want.sysctl)) do
       if live[k] ~= norm(want.sysctl[k]) then stale = true end
     end
+    mkdir(out, res.sysctl_dir, cfg.paths.sysctl_dir, current ~= f.content)
     if current ~= f.content then out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode } end
     if stale then out[#out + 1] = action.run { cmd = f.load, say = "load the sysctl settings of " .. f.path } end
   end
@@ -108,6 +119,7 @@ function M.decide(cfg, want, res)
     end
     local acts, why = cfg:modules_actions(want.kernel, have, loaded)
     if not acts then return nil, why end
+    mkdir(out, res.modules_dir, cfg.paths.modules_load_dir, acts[1] and acts[1].kind == "write")
     for _, a in ipairs(acts) do out[#out + 1] = a end
   end
   return out
