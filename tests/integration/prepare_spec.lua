@@ -1,4 +1,4 @@
--- Integration spec on the lab: phases 8 and 12 (environment, sysctl, kernel modules, /etc/hosts with -H) on every lab host.
+-- Integration spec on the lab: phases 8 and 12 (environment, sysctl, kernel modules, /etc/hosts) on every lab host.
 --
 -- Issue 12 "Done when": after apply, the sysctl values are live (`sysctl -n`), a new SSH
 -- login has the environment, every host resolves every other by FQDN and short name
@@ -34,8 +34,8 @@ local function each_host(cmd)
 end
 
 local function reset()
-  each_host("sysctl -qw net.ipv4.ip_forward=0 net.ipv4.tcp_keepalive_time=7200; rm -f /etc/sysctl.d/99-cargoship.conf"
-    .. " /etc/modules-load.d/overlay.conf /etc/modules-load.d/br_netfilter.conf; sed -i '/^CS_PREP_/d' /etc/environment;"
+  each_host("sysctl -qw net.ipv4.ip_forward=0 net.ipv4.tcp_keepalive_time=7200;"
+    .. " rm -f /etc/sysctl.d/99-cargoship.conf /etc/modules-load.d/overlay.conf /etc/modules-load.d/br_netfilter.conf; sed -i '/^CS_PREP_/d' /etc/environment;"
     .. " sed -i '/^# BEGIN cargoship/,/^# END cargoship/d; /operator-line/d' /etc/hosts; echo "
     .. q(OPERATOR_LINE) .. " >> /etc/hosts")
 end
