@@ -35,7 +35,8 @@ end
 
 local function reset()
   each_host("sysctl -qw net.ipv4.ip_forward=0 net.ipv4.tcp_keepalive_time=7200;"
-    .. " rm -f /etc/sysctl.d/99-cargoship.conf /etc/modules-load.d/overlay.conf /etc/modules-load.d/br_netfilter.conf; sed -i '/^CS_PREP_/d' /etc/environment;"
+    .. " rm -f /etc/sysctl.d/99-cargoship.conf /etc/modules-load.d/overlay.conf /etc/modules-load.d/br_netfilter.conf;"
+    .. " sed -i '/^CS_PREP_/d' /etc/environment;"
     .. " sed -i '/^# BEGIN cargoship/,/^# END cargoship/d; /operator-line/d' /etc/hosts; echo "
     .. q(OPERATOR_LINE) .. " >> /etc/hosts")
 end
