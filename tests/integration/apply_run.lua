@@ -102,6 +102,25 @@ function M.compare(plan, run, last, unassessed)
   return all
 end
 
+-- M.container_selinux(work, pkgdir) -> the YAML of a spec.config.os.files list carrying a stub
+-- container-selinux rpm (built here with rpmbuild), staged where a built package keeps it
+-- (pkgdir/os/0/): the lab's rocky hosts are Enforcing (the SELinux stand-in) and air-gapped,
+-- so phase 9 needs the package's own rpm there, as an air-gapped operator's package has it.
+function M.container_selinux(work, pkgdir)
+  local rpm = work .. "/rb/RPMS/noarch/container-selinux-2.229.0-1.lab.noarch.rpm"
+  if not io.open(rpm) then
+    local spec = lab.write(work .. "/container-selinux.spec", table.concat({ "Name: container-selinux",
+      "Version: 2.229.0", "Release: 1.lab", "Summary: lab stand-in of container-selinux", "License: MIT",
+      "BuildArch: noarch", "%description", "Stand-in.", "%files", "" }, "\n"))
+    assert(os.execute(string.format("rpmbuild --quiet --define %s -bb %s >/dev/null 2>&1",
+      q("_topdir " .. work .. "/rb"), q(spec))), "rpmbuild failed")
+  end
+  assert(os.execute("mkdir -p " .. q(pkgdir .. "/os/0") .. " && cp " .. q(rpm) .. " "
+    .. q(pkgdir .. "/os/0/container-selinux.noarch.rpm")))
+  return "[{source: container-selinux.noarch.rpm, target: /opt/cs/container-selinux.noarch.rpm,"
+    .. " selector: {package: rpm}}]"
+end
+
 -- Every host's upper dir, the lock's files aside, and SQLite's shared-memory index of the
 -- rpm database, whose mtime any reader (`rpm -q`) touches without changing a byte of it.
 M.IGNORE = { "cargoship%.lock", "rpmdb%.sqlite%-shm$" }

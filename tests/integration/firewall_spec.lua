@@ -57,8 +57,8 @@ end
 
 setup(function()
   work = run.work()
-  lab.write(work .. "/distro.yaml",
-    "kind: ZarfDistro\nmetadata: {name: fw}\nspec: {type: rke2, version: 1.35.4-rke2r1}\n")
+  lab.write(work .. "/distro.yaml", "kind: ZarfDistro\nmetadata: {name: fw}\nspec: {type: rke2, version: 1.35.4-rke2r1,"
+    .. " config: {os: {files: " .. run.container_selinux(work, work) .. "}}}\n")
   -- the operator enables ufw (with SSH allowed) before cargoship is asked to add to it;
   -- the nftables node has no ufw, so nftables is the front end it runs
   sh_ok(I.ufw, "ufw allow 22/tcp >/dev/null && ufw --force enable >/dev/null")

@@ -18,12 +18,15 @@ local OPERATOR_LINE = "192.0.2.77 operator-line.example operator-line"
 local work
 
 local function distro(name, kernel)
-  return lab.write(work .. "/" .. name .. ".yaml", table.concat({
+  local dir = work .. "/" .. name
+  assert(os.execute("mkdir -p " .. q(dir)))
+  return lab.write(dir .. "/distro.yaml", table.concat({
     "kind: ZarfDistro", "metadata: {name: prep}", "spec:", "  type: rke2", "  version: 1.35.4-rke2r1",
     "  config:", "    os:",
     "      sysctl: {net.ipv4.ip_forward: 1, net.ipv4.tcp_keepalive_time: 600}",
     "      env: {CS_PREP_PROXY: 'http://proxy.internal:3128', CS_PREP_NOTE: two words}",
-    "      kernel: [" .. table.concat(kernel, ", ") .. "]", "" }, "\n"))
+    "      kernel: [" .. table.concat(kernel, ", ") .. "]",
+    "      files: " .. run.container_selinux(work, dir), "" }, "\n"))
 end
 
 local function each_host(cmd)
@@ -63,11 +66,11 @@ describe("apply -H with a package's env, sysctl and modules", function()
     hosts_before = {}
     for i = 1, N do hosts_before[i] = select(2, run.ssh(i, "cat /etc/hosts")) end
     up0 = run.uppers(N)
-    plan = run.apply(work, "--dry-run -H --distro " .. q(work .. "/good.yaml"))
+    plan = run.apply(work, "--dry-run -H --distro " .. q(work .. "/good/distro.yaml"))
     up1 = run.uppers(N)
-    first = run.apply(work, "--confirm -H --distro " .. q(work .. "/good.yaml"))
+    first = run.apply(work, "--confirm -H --distro " .. q(work .. "/good/distro.yaml"))
     up2 = run.uppers(N)
-    second = run.apply(work, "--confirm -H --distro " .. q(work .. "/good.yaml"))
+    second = run.apply(work, "--confirm -H --distro " .. q(work .. "/good/distro.yaml"))
     up3 = run.uppers(N)
   end)
 
@@ -135,9 +138,9 @@ end)
 
 describe("a kernel module the host cannot load", function()
   it("fails the phase naming the module, after writing its boot file", function()
-    local plan = run.apply(work, "--dry-run --distro " .. q(work .. "/badmod.yaml"))
+    local plan = run.apply(work, "--dry-run --distro " .. q(work .. "/badmod/distro.yaml"))
     assert.are.equal(3, plan.code, plan.stderr)
-    local r = run.apply(work, "--confirm --distro " .. q(work .. "/badmod.yaml"))
+    local r = run.apply(work, "--confirm --distro " .. q(work .. "/badmod/distro.yaml"))
     assert.are.equal(1, r.code, r.stderr)
     local prep = run.phase(r.doc, "prepare_hosts")
     run.compare(plan.doc, r.doc, prep.index)

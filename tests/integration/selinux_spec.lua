@@ -31,26 +31,14 @@ local function each(cmd)
   end
 end
 
--- A stub container-selinux, built here as an air-gapped operator's package would carry it.
-local function stub_rpm(dir)
-  local spec = lab.write(work .. "/cs.spec", table.concat({ "Name: container-selinux", "Version: 2.229.0",
-    "Release: 1.lab", "Summary: lab stand-in of container-selinux", "License: MIT", "BuildArch: noarch",
-    "%description", "Stand-in.", "%files", "" }, "\n"))
-  assert(os.execute(string.format("rpmbuild --quiet --define %s -bb %s >/dev/null 2>&1",
-    q("_topdir " .. work .. "/rb"), q(spec))), "rpmbuild failed")
-  assert(os.execute("mkdir -p " .. q(dir .. "/os/0") .. " && cp " .. q(work .. "/rb/RPMS/noarch/")
-    .. "container-selinux-2.229.0-1.lab.noarch.rpm " .. q(dir .. "/os/0/container-selinux.noarch.rpm")))
-end
-
 local function distro(name, modules, booleans)
   local dir = work .. "/" .. name
   assert(os.execute("mkdir -p " .. q(dir)))
-  stub_rpm(dir)
+  local files = run.container_selinux(work, dir)
   lab.write(dir .. "/distro.yaml", table.concat({
     "kind: ZarfDistro", "metadata: {name: se}", "spec:", "  type: rke2", "  version: 1.35.4-rke2r1",
     "  config:", "    os:",
-    "      files: [{source: container-selinux.noarch.rpm, target: /opt/cs/container-selinux.noarch.rpm,"
-      .. " selector: {package: rpm}}]",
+    "      files: " .. files,
     "      selinux:", "        modules: [" .. modules .. "]", "        booleans: {" .. booleans .. "}",
     "        fileContexts: [{path: '/srv/cargoship-data(/.*)?', type: container_file_t}]", "" }, "\n"))
   return dir

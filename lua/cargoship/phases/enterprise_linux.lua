@@ -6,7 +6,8 @@
 -- is installed. Source, in this order:
 --   1. the distro package's own files: an spec.config.os.files entry whose target's name is
 --      container-selinux*.rpm (hosts are often air-gapped): uploaded to /var/lib/cargoship,
---      installed through the host's package manager (dnf/yum install of the file), removed;
+--      installed through the host's package manager (dnf/yum install of the file, with the
+--      repositories disabled first: an air-gapped host cannot reach them), removed;
 --   2. the host's configured repositories (/etc/yum.repos.d/*.repo): `dnf install`;
 --   3. neither: the host fails in assess with a sentence saying so, before anything changes.
 local action = require "cargoship.action"
@@ -67,12 +68,13 @@ function M.assess(ctx, host)
     end
     out[#out + 1] = action.upload { path = M.STAGE, source = f.source, sha256 = sum, size = size, mode = "0600",
                                     say = "upload the distro package's " .. f.basename }
-    local install, why = cfg:install_local({ M.STAGE })
+    local install, why = cfg:install_files({ M.STAGE })
     if not install then error(host.name .. ": " .. why, 0) end
-    for _, a in ipairs(install) do
-      a.say = "install " .. M.PACKAGE .. " from the distro package's " .. f.basename
-      out[#out + 1] = a
-    end
+    -- repositories off first: an air-gapped host's unreachable ones must not fail the
+    -- install of a file whose dependencies it has; with them, should it lack one
+    local offline = cfg.pm and (cfg:pm() .. " install -y --nogpgcheck --disablerepo='*' " .. shell.quote(M.STAGE))
+    out[#out + 1] = action.run { timeout = 1800, cmd = offline and (offline .. " || " .. install) or install,
+      say = "install " .. M.PACKAGE .. " from the distro package's " .. f.basename }
     out[#out + 1] = action.remove { path = M.STAGE }
     return out
   end
