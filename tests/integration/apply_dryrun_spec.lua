@@ -43,7 +43,7 @@ local TOP_KEYS = { "cleanup", "cluster", "dry_run", "elapsed", "error", "hosts",
   "ok", "outcome", "pending", "phases", "pipeline", "plan", "run_id", "schema" }
 local PHASE_KEYS = { "dry_run_policy", "elapsed", "error", "hosts", "id", "index", "number", "probes", "summary",
   "title", "verdict", "writes" }
-local HOST_KEYS = { "actions", "error", "host", "probes", "reason", "writes" }
+local HOST_KEYS = { "actions", "error", "host", "left_alone", "probes", "reason", "writes" }
 
 local function read(path)
   local f = io.open(path, "rb")
