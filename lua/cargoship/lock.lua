@@ -1,76 +1,181 @@
--- cargoship.lock: the per-host exclusive lock: atomic take, holder record, heartbeat task, stale takeover.
+-- cargoship.lock: the per-host exclusive lock: private directory, atomic take, holder record, heartbeat, takeover.
 --
--- The lock is a directory, /run/lock/cargoship.lock (or /var/lock, or /tmp when neither
--- exists), holding one file, `holder`, of key=value lines:
---   holder=user@machine  pid=N  version=V  command=...  run_id=R  started=EPOCH  token=T
--- `started` and every age are read off the host's own clock (`date +%s` against the lock's
--- mtime, in the same script), so a skewed operator clock can neither steal a live lock nor
--- keep a dead one. A heartbeat touches the directory every `interval` seconds (30); one not
--- touched for more than `stale_after` seconds (60) is stale and may be taken over. The
--- environment can change both for a run (CARGOSHIP_LOCK_INTERVAL, CARGOSHIP_LOCK_STALE_AFTER,
--- in seconds; see M.options_from_env): tests shrink them, slow links may stretch them.
+-- Where. The lock is the directory /run/cargoship/lock (/var/lib/cargoship/lock where /run is
+-- absent), holding one file, `holder`, of key=value lines:
+--   holder=user@machine  pid=N  version=V  command=...  run_id=R  stale_after=S  started=EPOCH  token=T
+-- /run/cargoship is a directory cargoship makes itself, mode 0700, owned by the user the lock
+-- scripts run as (root, through sudo; or the login user where that is not root), under a
+-- parent owned by root or that user that nobody else can write to (above it, sticky
+-- directories are fine: nobody else can move what is in them). Every script checks all of
+-- that before it reads or changes anything, and refuses a directory that fails it, naming its
+-- owner: in a world-writable place (/tmp, or /run/lock, mode 1777 on Debian), any local user
+-- could plant a lock with symlinks for a root takeover to write through, or keep a fake lock
+-- fresh under a spoofed "root@..." holder and block every apply. Inside the private
+-- directory, only the lock's own user can create anything, and the scripts still check type
+-- and owner of what they read (no symlinks, no FIFOs), write only into directories they have
+-- just made themselves (mkdir, never reused), and write the record with noclobber.
 --
 -- Why mkdir + rename(2), not noclobber or ln -s: mkdir and rename are atomic on every POSIX
--- file system whatever the shell (noclobber is only as atomic as the shell's open(O_EXCL));
--- a directory carries the record, and its mtime is what the heartbeat touches (ln -s would
--- carry the record in the link text, but a symlink's own mtime cannot be touched portably).
--- The lock is built whole under a private name (mkdir) and published with rename(2), which
--- fails when the lock exists: nobody ever sees a lock without its record, so every lock has
--- a token that names it, and a takeover can say exactly which lock it replaces.
+-- file system whatever the shell; a directory carries the record, and its mtime is what the
+-- heartbeat touches. The lock is built whole under a private name and published with
+-- rename(2), which fails when the lock exists: nobody ever sees a lock without its record, so
+-- every lock has a token that names it, and a takeover can say exactly which lock it replaces.
 --
--- lock.acquire(host, info, opts) -> handle | nil, msg, code ("locked" when another holds it)
+-- Timing: one lock, one holder. Ages are read off the host's own clock (`date +%s` against
+-- the lock's mtime, in the same script), so a skewed operator clock can neither steal a live
+-- lock nor keep a dead one. With the defaults (M.timings):
+--   interval I = 15 s   the holder touches the lock every I after a good touch;
+--   retry    R = 5 s    after a failed touch it tries again R later (each try: at most 10 s,
+--                       and never past the deadline);
+--   lost_after D = 45 s the holder treats the lock as LOST, and stops work on the host,
+--                       D after the moment it SENT the last touch that came back good, by a
+--                       deadline of its own: it does not wait for a touch in flight;
+--   stale_after S = 60 s a taker takes the lock over only when the host's clock says it was
+--                       last touched more than S ago (S = the larger of the taker's own and
+--                       the stale_after the holder wrote in its record).
+--   The invariant: D + margin = S, margin M = S/4 (15 s, at least 1 s). A touch that came back
+--   good happened on the host after it was sent, so the earliest instant any taker can see
+--   the lock stale is S after that send; the holder gave up D = S - M after it. The margin
+--   covers the holder's way from "lost" to stopped (the callback fails the host), a busy
+--   event loop firing the deadline late, and a host clock stepped forward by less than M.
+--   Whole seconds: stale means age > S in whole host seconds, which is a real age over S.
+-- The environment can change I and S for a run (CARGOSHIP_LOCK_INTERVAL,
+-- CARGOSHIP_LOCK_STALE_AFTER, seconds; see M.options_from_env): tests shrink them, slow links
+-- stretch them; D, R and M follow from them.
+--
+-- lock.acquire(host, info, opts) -> handle | nil, msg, code ("locked": another holds it;
+--   "unsafe": the lock directory is not one cargoship made). opts.on_lost(msg, handle) is
+--   called once, from the heartbeat task, when the lock is lost.
 -- handle:heartbeat(), handle:release(): both check the token first; never touch another's lock.
 -- lock.read(host, opts), lock.break_lock(host, opts): for dry runs and `cargoship unlock`.
+-- lock.timings(opts) -> { interval, retry, lost_after, stale_after, margin, beat_timeout }.
 local loop = require "cargoship.loop"
 local util = require "cargoship.util"
 local shell = require "cargoship.shell"
 
 local M = {}
 
-M.NAME = "cargoship.lock"
-M.DIRS = { "/run/lock", "/var/lock", "/tmp" }
-M.INTERVAL = 30
+M.NAME = "cargoship"
+M.DIRS = { "/run", "/var/lib" }  -- candidate parents of the private directory, first existing wins
+M.INTERVAL = 15
 M.STALE_AFTER = 60
-M.TIMEOUT = 20
+M.BEAT_TIMEOUT = 10  -- one touch at most; the loss deadline cuts it shorter when it is near
+M.TIMEOUT = 20       -- acquire, release, read, break
 
--- Shared by every script: finding the lock, reading its age and token, reporting.
--- Output protocol: key=value lines (status, path, age, now), "--", then the holder record.
+-- Shared by every script: finding and checking the private directory B and the lock L in it,
+-- reading a record, reporting. Output protocol: key=value lines (status, path, age, now,
+-- owner, ...), "--", then the holder record. cs_base prints the "unsafe" answer itself.
 local PRELUDE = [[
-umask 022
-if [ -z "$L" ]; then
-  for d in "$@"; do
-    if [ -d "$d" ]; then L=${d%/}/$CS_NAME; break; fi
+umask 077
+LC_ALL=C
+export LC_ALL
+U=$(id -u)
+cs_mtime() { stat -c %Y -- "$1" 2>/dev/null; }
+cs_owner() { stat -c '%U (uid %u)' -- "$1" 2>/dev/null || echo unknown; }
+cs_unsafe() {
+  printf 'status=unsafe\npath=%s\nreason=%s\nowner=%s\nmode=%s\nwant=%s\nage=0\nnow=%s\n--\n' \
+    "$1" "$2" "$(cs_owner "$1")" "$(stat -c %a -- "$1" 2>/dev/null)" "$U" "$(date +%s)"
+  exit 0
+}
+# $1 and every directory above it: a real directory owned by root or $U; $1 writable by its
+# owner only, the ones above it also when sticky (nobody else can move what is in them).
+cs_parent() {
+  p=$1
+  w=18
+  while :; do
+    if [ -L "$p" ]; then cs_unsafe "$p" "is a symbolic link"; fi
+    if [ ! -d "$p" ]; then cs_unsafe "$p" "is not a directory"; fi
+    st=$(stat -c '%u %a' -- "$p") || cs_unsafe "$p" "cannot be examined"
+    o=${st% *}
+    m=${st#* }
+    if [ "$o" != 0 ] && [ "$o" != "$U" ]; then cs_unsafe "$p" "belongs to neither root nor uid $U"; fi
+    if [ $(( 0$m & w )) -ne 0 ]; then
+      if [ "$p" = "$1" ] || [ $(( 0$m & 512 )) -eq 0 ]; then cs_unsafe "$p" "can be written by others"; fi
+    fi
+    [ "$p" = / ] && return 0
+    p=${p%/*}
+    [ -n "$p" ] || p=/
   done
-fi
-if [ -z "$L" ]; then echo "no directory to keep the lock in: none of $* exists" >&2; exit 70; fi
-cs_mtime() { stat -c %Y -- "$1" 2>/dev/null || date -r "$1" +%s 2>/dev/null; }
-cs_token() { sed -n 's/^token=//p' "$1/holder" 2>/dev/null | head -n 1 | tr -cd 'A-Za-z0-9._-'; }
+}
+# B: the private directory (CS_BASE, or NAME in the first of the candidate parents that
+# exists), made here when CS_MAKE=1; returns 1 when it is absent. Exits "unsafe" when a
+# check fails.
+cs_base() {
+  if [ -n "$CS_BASE" ]; then
+    B=$CS_BASE
+  else
+    for d in "$@"; do
+      if [ -d "$d" ] && [ ! -L "$d" ]; then B=${d%/}/$CS_NAME; break; fi
+    done
+    if [ -z "$B" ]; then echo "no directory to keep the lock in: none of $* exists" >&2; exit 70; fi
+  fi
+  L=$B/lock
+  P=${B%/*}
+  cs_parent "${P:-/}"
+  if [ ! -e "$B" ] && [ ! -L "$B" ]; then
+    [ "$CS_MAKE" = 1 ] || return 1
+    mkdir -m 700 -- "$B" 2>/dev/null
+  fi
+  if [ -L "$B" ]; then cs_unsafe "$B" "is a symbolic link"; fi
+  if [ ! -d "$B" ]; then cs_unsafe "$B" "is not a directory"; fi
+  [ "$(stat -c %u -- "$B")" = "$U" ] || cs_unsafe "$B" "does not belong to uid $U"
+  [ "$(stat -c %a -- "$B")" = 700 ] || cs_unsafe "$B" "is not private (mode 700)"
+  return 0
+}
+# the lock itself, when there: a real directory of ours (anything else was not made by
+# cargoship). One lstat, so a lock renamed away meanwhile reads as absent, not as foreign.
+cs_lock_ok() {
+  st=$(stat -c '%u %F' -- "$L" 2>/dev/null) || return 0
+  case $st in
+    "$U directory") return 0 ;;
+    *" symbolic link") cs_unsafe "$L" "is a symbolic link" ;;
+    *" directory") cs_unsafe "$L" "does not belong to uid $U" ;;
+    *) cs_unsafe "$L" "is not a directory" ;;
+  esac
+}
+# a lock directory's record: only a regular file of ours, never more than 4 KiB of it
+cs_record() {
+  case $(stat -c '%u %F' -- "$1/holder" 2>/dev/null) in
+    "$U regular file" | "$U regular empty file") head -c 4096 -- "$1/holder" ;;
+  esac
+  return 0
+}
+cs_field() { cs_record "$1" | sed -n "s/^$2=//p" | head -n 1; }
+cs_token() { cs_field "$1" token | tr -cd 'A-Za-z0-9._-'; }
 cs_age() {
   m=$(cs_mtime "$1") || m=
   now=$(date +%s)
   echo $(( now - ${m:-$now} ))
 }
 cs_show() {
-  printf 'status=%s\npath=%s\nage=%s\nnow=%s\n--\n' "$1" "$L" "$2" "$(date +%s)"
-  if [ -n "$3" ]; then cat -- "$3/holder" 2>/dev/null; fi
+  printf 'status=%s\npath=%s\nage=%s\nnow=%s\nstale=%s\n' "$1" "$L" "$2" "$(date +%s)" "${lim:-}"
+  if [ -n "$3" ]; then printf 'owner=%s\n' "$(cs_owner "$3")"; fi
+  echo --
+  if [ -n "$3" ]; then cs_record "$3"; fi
   return 0
 }
 ]]
 
--- Taking the lock. A plain take publishes the staged directory: of two takers, exactly one
--- rename succeeds. Taking over a stale lock renames it to a tombstone named after its token
--- (checked twice around the age, so the token and the age belong to the same lock), then
--- publishes. Every taker that judged the same lock stale renames onto that same name, and
--- rename(2) onto a non-empty directory fails, so a late taker can never move aside the fresh
--- lock the first one published. Tombstones and abandoned staging directories go once they
--- are older than the stale window.
+-- Taking the lock. A plain take publishes a staging directory made for this take alone: of
+-- two takers, exactly one rename succeeds. Taking over a stale lock renames it to a tombstone
+-- named after its token (checked twice around the age, so the token and the age belong to
+-- the same lock), then publishes. Every taker that judged the same lock stale renames onto
+-- that same name, and rename(2) onto a non-empty directory fails, so a late taker can never
+-- move aside the fresh lock the first one published. A tombstone's own mtime is set when it
+-- is made (nothing is written inside a directory another run made); tombstones and abandoned
+-- staging directories go once they are older than the stale window. The stale window is the
+-- larger of this taker's and the one the holder wrote in its record (its promise to have
+-- stopped by then), so a run started with shorter timings never cuts a longer holder short.
 local ACQUIRE = [[
-S=$L.new.$CS_TOKEN
+CS_MAKE=1
+cs_base "$@"
+cs_lock_ok
+S=$B/new.$CS_TOKEN
 cs_take() {
   rm -rf -- "$S"
   mkdir -- "$S" || exit 70
-  if ! { printf '%s\n' "$CS_RECORD"; printf 'started=%s\ntoken=%s\n' "$(date +%s)" "$CS_TOKEN"; } \
-      >"$S/holder"; then
+  if ! ( set -C; { printf '%s\n' "$CS_RECORD"; printf 'started=%s\ntoken=%s\n' "$(date +%s)" "$CS_TOKEN"; } \
+      >"$S/holder" ); then
     rm -rf -- "$S"
     echo "cannot write the holder record in $S" >&2
     exit 70
@@ -80,26 +185,31 @@ cs_take() {
   return 1
 }
 now=$(date +%s)
-for t in "$L".old.* "$L".new.*; do
+for t in "$B"/old.* "$B"/new.*; do
   [ -e "$t" ] || continue
-  if [ -e "$t/gone" ]; then m=$(cs_mtime "$t/gone"); else m=$(cs_mtime "$t"); fi
+  m=$(cs_mtime "$t")
   if [ -n "$m" ] && [ $(( now - m )) -gt "$CS_STALE" ]; then rm -rf -- "$t"; fi
 done
 n=0
 while [ "$n" -lt 5 ]; do
   n=$(( n + 1 ))
+  lim=$CS_STALE
   if cs_take; then cs_show acquired 0 ""; exit 0; fi
+  cs_lock_ok
   id=$(cs_token "$L")
   m=$(cs_mtime "$L") || continue
+  w=$(cs_field "$L" stale_after | tr -cd 0-9)
   [ "$(cs_token "$L")" = "$id" ] || continue
+  if [ -n "$w" ] && [ "${#w}" -le 6 ] && [ "$w" -gt "$lim" ]; then lim=$w; fi
   now=$(date +%s)
   age=$(( now - m ))
-  if [ "$age" -le "$CS_STALE" ]; then cs_show locked "$age" "$L"; exit 0; fi
-  [ -n "$id" ] || id=m$m
-  T=$L.old.$id
+  if [ "$age" -le "$lim" ]; then cs_show locked "$age" "$L"; exit 0; fi
+  # a lock without a token (not made by cargoship) is named by its mtime and inode
+  [ -n "$id" ] || id=m$(stat -c '%Y.%i' -- "$L")
+  T=$B/old.$id
   if mv -T -- "$L" "$T" 2>/dev/null; then
-    : >"$T/gone"
-    if cs_take; then cs_show took_over "$age" "$T"; exit 0; fi
+    touch -c -- "$T"
+    if cs_take; then echo "tomb=$id"; cs_show took_over "$age" "$T"; exit 0; fi
   fi
 done
 cs_show locked "$(cs_age "$L")" "$L"
@@ -108,7 +218,8 @@ cs_show locked "$(cs_age "$L")" "$L"
 -- Touching: only while the token is ours. A takeover landing between the check and the
 -- touch only freshens the new holder's lock, and the next beat sees the theft.
 local HEARTBEAT = [[
-if [ ! -d "$L" ]; then cs_show gone 0 ""; exit 0; fi
+if ! cs_base "$@" || [ ! -d "$L" ]; then cs_show gone 0 ""; exit 0; fi
+cs_lock_ok
 if [ "$(cs_token "$L")" != "$CS_TOKEN" ]; then cs_show stolen "$(cs_age "$L")" "$L"; exit 0; fi
 touch -c -- "$L" || exit 71
 cs_show ok 0 ""
@@ -121,14 +232,15 @@ cs_show ok 0 ""
 -- missed every heartbeat for the whole stale window yet released within milliseconds.
 -- A run that took over removes the tombstone it left (CS_PREV) once it releases.
 local RELEASE = [[
-if [ ! -d "$L" ]; then cs_show gone 0 ""; exit 0; fi
+if ! cs_base "$@" || [ ! -d "$L" ]; then cs_show gone 0 ""; exit 0; fi
+cs_lock_ok
 if [ "$(cs_token "$L")" != "$CS_TOKEN" ]; then cs_show foreign "$(cs_age "$L")" "$L"; exit 0; fi
-R=$L.old.$CS_TOKEN
+R=$B/old.$CS_TOKEN
 rm -rf -- "$R"
 if ! mv -T -- "$L" "$R" 2>/dev/null; then cs_show gone 0 ""; exit 0; fi
 if [ "$(cs_token "$R")" = "$CS_TOKEN" ]; then
   rm -rf -- "$R"
-  if [ -n "$CS_PREV" ]; then rm -rf -- "$L.old.$CS_PREV"; fi
+  if [ -n "$CS_PREV" ]; then rm -rf -- "$B/old.$CS_PREV"; fi
   cs_show released 0 ""
   exit 0
 fi
@@ -138,14 +250,18 @@ cs_show foreign "$(cs_age "$L")" "$L"
 
 -- Breaking (cargoship unlock): only the lock the operator was shown, identified by its token.
 local BREAK = [[
-if [ ! -d "$L" ]; then cs_show gone 0 ""; exit 0; fi
+if ! cs_base "$@" || [ ! -d "$L" ]; then cs_show gone 0 ""; exit 0; fi
+cs_lock_ok
 if [ "$(cs_token "$L")" != "$CS_TOKEN" ]; then cs_show changed "$(cs_age "$L")" "$L"; exit 0; fi
-R=$L.broken.$$
+R=$B/broken.$$
 if mv -T -- "$L" "$R" 2>/dev/null; then rm -rf -- "$R"; cs_show broken 0 ""; else cs_show gone 0 ""; fi
 ]]
 
 local READ = [[
-if [ -d "$L" ]; then cs_show held "$(cs_age "$L")" "$L"; else cs_show free 0 ""; fi
+if ! cs_base "$@" || [ ! -d "$L" ]; then cs_show free 0 ""; exit 0; fi
+cs_lock_ok
+lim=$(cs_field "$L" stale_after | tr -cd 0-9)
+cs_show held "$(cs_age "$L")" "$L"
 ]]
 
 local function safe_token(s)
@@ -161,30 +277,48 @@ local function one_line(v)
   return (tostring(v):gsub("%c", " "))
 end
 
+-- Where the lock is on a host with the default directories and /run present (for sentences).
+function M.default_path()
+  return M.DIRS[1] .. "/" .. M.NAME .. "/lock"
+end
+
+-- The private directory a lock path lives in ("/run/cargoship/lock" -> "/run/cargoship").
+local function base_of(path)
+  return path and path:match("^(/.+)/lock$") or ""
+end
+
 -- The script: variables through shell.fmt (the one quoting path), then fixed shell text.
 local function script(body, vars, dirs)
   local lines = {}
   for _, kv in ipairs(vars) do lines[#lines + 1] = shell.fmt(kv[1] .. "=%s", kv[2]) end
-  lines[#lines + 1] = "set -- " .. shell.words(table.unpack(dirs or M.DIRS))
+  dirs = dirs or M.DIRS
+  for _, d in ipairs(dirs) do
+    if d:sub(1, 1) ~= "/" then error("lock: a lock directory must be an absolute path, got " .. d, 3) end
+  end
+  lines[#lines + 1] = "set -- " .. shell.words(table.unpack(dirs))
   return table.concat(lines, "\n") .. "\n" .. PRELUDE .. body
 end
 
 -- "status=..." head and holder record of a script's output.
 local function parse(out)
   local head, body = out:match("^(.-)\n%-%-\n(.*)$")
+  if not head then head, body = out:match("^(.-)\n%-%-$") end
   if not head then return nil end
   local r = { record = {} }
   for k, v in head:gmatch("([%w_]+)=([^\n]*)") do r[k] = v end
-  for k, v in body:gmatch("([%w_.]+)=([^\n]*)") do
+  for k, v in (body or ""):gmatch("([%w_.]+)=([^\n]*)") do
     if r.record[k] == nil then r.record[k] = v end
   end
   r.age = tonumber(r.age)
   r.now = tonumber(r.now)
+  r.stale = tonumber(r.stale)
   return r
 end
 
 local function span(seconds)
-  seconds = math.max(0, math.floor(seconds or 0))
+  seconds = math.max(0, seconds or 0)
+  if seconds < 10 and seconds ~= math.floor(seconds) then return string.format("%.1f s", seconds) end
+  seconds = math.floor(seconds)
   if seconds < 120 then return seconds .. " s" end
   if seconds < 7200 then return math.floor(seconds / 60) .. " min" end
   if seconds < 172800 then return math.floor(seconds / 3600) .. " h" end
@@ -192,11 +326,14 @@ local function span(seconds)
 end
 M.span = span
 
--- "root@ops (pid 42, cargoship 1.0, `apply c.yaml`), started 3 min ago, last heartbeat 5 s ago"
-function M.describe(record, age, now)
+-- "root@ops (pid 42, cargoship 1.0, `apply c.yaml`), started 3 min ago, last heartbeat 5 s ago,
+-- lock directory owned by root (uid 0)". The record says what the holder claims; the owner is
+-- what the host's file system says, which is what to believe.
+function M.describe(record, age, now, owner)
   record = record or {}
+  local tail = owner and owner ~= "" and (", lock directory owned by " .. owner) or ""
   if not record.holder and not record.token then
-    return string.format("an unknown holder (no record in the lock yet), last touched %s ago", span(age))
+    return string.format("an unknown holder (no record in the lock), last touched %s ago%s", span(age), tail)
   end
   local bits = {}
   if record.pid then bits[#bits + 1] = "pid " .. record.pid end
@@ -206,7 +343,17 @@ function M.describe(record, age, now)
   if #bits > 0 then s = s .. " (" .. table.concat(bits, ", ") .. ")" end
   local started = tonumber(record.started)
   if started and now then s = s .. ", started " .. span(now - started) .. " ago" end
-  return s .. ", last heartbeat " .. span(age) .. " ago"
+  return s .. ", last heartbeat " .. span(age) .. " ago" .. tail
+end
+
+-- What the scripts say about a directory they refuse, for every caller alike.
+local function unsafe_message(host, r)
+  local uid = r.want or "?"
+  return string.format("%s: lock: refusing %s: it %s (owner %s, mode %s); cargoship keeps its lock only in a "
+    .. "directory it made itself (uid %s, mode 700) under parents only root or uid %s can write, and this one "
+    .. "may have been planted to block or mislead it: check it, and remove it as root if it is not legitimate",
+    host.name, r.path or "?", r.reason or "is not safe", r.owner or "unknown", r.mode ~= "" and r.mode or "?",
+    uid, uid)
 end
 
 local function nolog() end
@@ -224,7 +371,38 @@ local function run_script(host, text, what, timeout, read_only)
   end
   local r = parse(out)
   if not r then return nil, host.name .. ": lock: " .. what .. ": unexpected answer from the host", "exit" end
+  if r.status == "unsafe" then return nil, unsafe_message(host, r), "unsafe", r end
   return r
+end
+
+-- M.timings{interval, stale_after, margin} -> t | nil, msg. The lock's clock, derived from
+-- the stale window S (whole seconds, at least 2) and the interval I:
+--   margin = max(1, S/4); lost_after = S - margin; interval defaults to min(15, lost_after/3)
+--   and may be at most lost_after/2, so a missed beat is retried in time; retry = I/3;
+--   beat_timeout = 10, cut to what is left before the deadline (a slow touch that still
+--   lands in time keeps the lock). At the defaults: I 15, R 5, D 45, S 60, M 15.
+function M.timings(o)
+  o = o or {}
+  local stale = o.stale_after or M.STALE_AFTER
+  if type(stale) ~= "number" or stale ~= math.floor(stale) or stale < 2 then
+    return nil, string.format("the lock's stale window must be a whole number of seconds, at least 2 (got %s)",
+      tostring(stale))
+  end
+  local margin = o.margin or math.max(1, stale / 4)
+  if type(margin) ~= "number" or margin <= 0 or margin >= stale then
+    return nil, string.format("the lock's safety margin must be between 0 and %d s (got %s)", stale, tostring(margin))
+  end
+  local lost_after = stale - margin
+  local interval = o.interval or math.min(M.INTERVAL, lost_after / 3)
+  if type(interval) ~= "number" or interval <= 0 or interval > lost_after / 2 then
+    return nil, string.format("the lock's heartbeat interval must be more than 0 and at most %g s (half of the "
+      .. "%g s a holder keeps a lock without a good heartbeat: its %d s stale window less a %g s margin), "
+      .. "got %s", lost_after / 2, lost_after, stale, margin, tostring(interval))
+  end
+  return {
+    interval = interval, stale_after = stale, margin = margin, lost_after = lost_after,
+    retry = interval / 3, beat_timeout = M.BEAT_TIMEOUT,
+  }
 end
 
 local function default_info(info)
@@ -251,30 +429,45 @@ Lock.__index = Lock
 -- ours: a release is still worth trying).
 local function mark_lost(self, msg, kind)
   if self.lost then return end
-  self.lost, self.lost_kind = msg, kind
-  self.log:error("%s", msg)
-  if self.on_lost then
-    local ok, err = pcall(self.on_lost, msg, self)
-    if not ok then self.log:error("%s: lock: on_lost failed: %s", self.host.name, tostring(err)) end
+  self.lost, self.lost_kind, self.lost_at = msg, kind, loop.now()
+  -- the callback's owner reports the loss (ctx:host_lost fails the host, which logs it once)
+  if not self.on_lost then
+    self.log:error("%s", msg)
+    return
+  end
+  local ok, err = pcall(self.on_lost, msg, self)
+  if not ok then
+    self.log:error("%s", msg)
+    self.log:error("%s: lock: on_lost failed: %s", self.host.name, tostring(err))
   end
 end
 
--- handle:heartbeat() -> true | nil, msg, code ("lost" once the lock is gone or stolen)
-function Lock:heartbeat()
+-- handle:heartbeat(opts) -> true | nil, msg, code ("lost" once the lock is gone or stolen).
+-- One touch; on success, last_ok becomes the moment it was sent (the touch happened after).
+function Lock:heartbeat(opts)
   if self.released or self.releasing then return true end
   if self.lost then return nil, self.lost, "lost" end
+  local sent = loop.now()
   local r, err, code = run_script(self.host,
-    script(HEARTBEAT, { { "L", self.path }, { "CS_TOKEN", self.token } }), "heartbeat", self.timeout)
-  if not r then return nil, err, code end
+    script(HEARTBEAT, { { "CS_BASE", base_of(self.path) }, { "CS_TOKEN", self.token } }), "heartbeat",
+    (opts and opts.timeout) or self.timings.beat_timeout)
+  if not r then
+    if code == "unsafe" then
+      mark_lost(self, err .. "; so the lock is lost: stopping work on this host", "gone")
+      return nil, self.lost, "lost"
+    end
+    return nil, err, code
+  end
   if r.status == "ok" then
     self.beats = self.beats + 1
+    if sent > self.last_ok then self.last_ok = sent end
     return true
   end
   -- our own release may have raced the beat: that is not a loss
   if self.releasing or self.released then return true end
   if r.status == "stolen" then
     mark_lost(self, string.format("%s: lost the lock at %s: taken over by %s; stopping work on this host",
-      self.host.name, self.path, M.describe(r.record, r.age, r.now)), "stolen")
+      self.host.name, self.path, M.describe(r.record, r.age, r.now, r.owner)), "stolen")
   else
     mark_lost(self, string.format("%s: lost the lock at %s: it is gone (broken with `cargoship unlock`, "
       .. "or the host rebooted); stopping work on this host", self.host.name, self.path), "gone")
@@ -282,10 +475,19 @@ function Lock:heartbeat()
   return nil, self.lost, "lost"
 end
 
+-- handle:deadline() -> the loop.now() instant at which the holder counts the lock as lost.
+function Lock:deadline()
+  return self.last_ok + self.timings.lost_after
+end
+
 local function release_remote(self)
   local r, err, code = run_script(self.host, script(RELEASE,
-    { { "L", self.path }, { "CS_TOKEN", self.token }, { "CS_PREV", self.tombstone or "" } }), "release", self.timeout)
-  if not r then return nil, err, code end
+    { { "CS_BASE", base_of(self.path) }, { "CS_TOKEN", self.token }, { "CS_PREV", self.tombstone or "" } }),
+    "release", self.timeout)
+  if not r then
+    if code == "unsafe" then return nil, err, "lost" end
+    return nil, err, code
+  end
   if r.status == "released" then return true end
   -- a first attempt that was cut off may have removed it already
   if r.status == "gone" and self.release_tried then return true end
@@ -294,7 +496,7 @@ local function release_remote(self)
       .. "worked on this host meanwhile", self.host.name, self.path), "lost"
   end
   return nil, string.format("%s: lock at %s is held by %s, not by this run; left it alone",
-    self.host.name, self.path, M.describe(r.record, r.age, r.now)), "lost"
+    self.host.name, self.path, M.describe(r.record, r.age, r.now, r.owner)), "lost"
 end
 
 -- handle:release() -> true | nil, msg, code. Idempotent; concurrent callers share one release.
@@ -327,35 +529,66 @@ function Lock:release()
   return res, err, code
 end
 
+-- One beat in a task of its own, so the loss deadline does not wait for it: a stalled
+-- session or a pulled link can hold a command far longer than any deadline the transport
+-- enforces. -> "ok" | "lost" | "failed", err | "late" (the deadline came first)
+local function beat_once(self)
+  local deadline = self:deadline()
+  local left = deadline - loop.now()
+  if left <= 0 then return "late" end
+  local t = loop.spawn(function()
+    return self:heartbeat({ timeout = math.min(self.timings.beat_timeout, left) })
+  end)
+  self.beat_task = t
+  local done, ok, err, code = t:join(left)
+  self.beat_task = nil
+  if not done then
+    t:cancel()
+    if err == "timeout" then return "late", "the heartbeat in flight had no answer" end
+    return "failed", ok  -- the beat raised: its message
+  end
+  if ok then return "ok" end
+  if code == "lost" then return "lost" end
+  return "failed", err
+end
+
 -- The heartbeat task. It is also the lock's owner for cleanup: its destructor releases the
 -- lock however the run ends (failure, cancellation, Ctrl-C cancelling every task, or the
 -- main task ending), because the task that acquired it is usually a short per-host task
--- whose own destructors would run right after the acquire.
+-- whose own destructors would run right after the acquire. A lock already lost is left to
+-- the run's cleanup: one that went unreachable may still be ours, but its host is stalled.
 local function beat(self)
   loop.defer(function()
-    if self.released or self.releasing or (self.lost and self.lost_kind ~= "unreachable") then return end
+    if self.beat_task then self.beat_task:cancel() end
+    if self.released or self.releasing or self.lost then return end
     local ok, err = self:release()
     if not ok then
-      self.log:warn("%s; it goes stale %d s after its last heartbeat", tostring(err), self.stale_after)
+      self.log:warn("%s; it goes stale %d s after its last heartbeat", tostring(err), self.timings.stale_after)
     end
   end)
-  local last_ok = loop.now()
+  local t = self.timings
+  local wait, last_err = t.interval, nil
   while true do
-    loop.sleep(self.interval)
+    local now = loop.now()
+    loop.sleep(math.max(0, math.min(now + wait, self:deadline()) - now))
     if self.released or self.releasing or self.lost then return end
-    local ok, err, code = self:heartbeat()
-    if ok then
-      last_ok = loop.now()
-    elseif code == "lost" then
-      return
-    elseif loop.now() - last_ok >= self.stale_after then
-      mark_lost(self, string.format("%s: lost the lock at %s: could not refresh it for %s (%s); "
-        .. "another cargoship may take it over; stopping work on this host",
-        self.host.name, self.path, span(loop.now() - last_ok), tostring(err)), "unreachable")
+    local how, err = beat_once(self)
+    if how == "ok" then
+      wait, last_err = t.interval, nil
+    elseif how == "lost" then
       return
     else
-      self.log:warn("could not refresh the lock at %s (%s); trying again in %s", self.path,
-        tostring(err), span(self.interval))
+      last_err = err or last_err
+      if how == "late" or loop.now() >= self:deadline() then
+        mark_lost(self, string.format("%s: lost the lock at %s: no heartbeat got through for %s (%s); another "
+          .. "cargoship may take it over %s after the last one, so this run stops work on this host now",
+          self.host.name, self.path, span(loop.now() - self.last_ok), tostring(last_err or "no answer"),
+          span(t.stale_after)), "unreachable")
+        return
+      end
+      wait = t.retry
+      self.log:warn("could not refresh the lock at %s (%s); trying again in %s (it counts as lost in %s)",
+        self.path, tostring(err), span(wait), span(self:deadline() - loop.now()))
     end
   end
 end
@@ -364,7 +597,7 @@ end
 -- left; a lock with any other token stays. Never fails the task: the lock would go stale anyway.
 local function forget_later(host, token, opts)
   loop.defer(function()
-    local text = script(RELEASE, { { "L", "" }, { "CS_NAME", opts.name or M.NAME }, { "CS_TOKEN", token } },
+    local text = script(RELEASE, { { "CS_BASE", "" }, { "CS_NAME", opts.name or M.NAME }, { "CS_TOKEN", token } },
       opts.dirs)
     local ok, r = pcall(run_script, host, text, "release", opts.timeout or M.TIMEOUT)
     if ok and r and r.status == "released" and host.log then
@@ -373,50 +606,55 @@ local function forget_later(host, token, opts)
   end)
 end
 
--- lock.acquire(host, info, opts) -> handle | nil, msg, code
+-- lock.acquire(host, info, opts) -> handle | nil, msg, code [, answer]
 -- info: { holder = "user@machine" (or user, and this machine's name is added), pid, version,
 --         command, run_id } (defaults filled in)
--- opts: { interval = 30, stale_after = 60, timeout = 20, dirs = M.DIRS, name = M.NAME,
---         on_lost = function(msg, handle), heartbeat = true, log = host.log }
+-- opts: { interval = 15, stale_after = 60, margin = stale_after/4, timeout = 20, dirs = M.DIRS,
+--         name = M.NAME, on_lost = function(msg, handle), heartbeat = true, log = host.log }
 -- Never waits for a held lock: another holder is an immediate "locked" failure naming it.
+-- Bad timings are a caller's mistake and raise.
 function M.acquire(host, info, opts)
   opts = opts or {}
   info = default_info(info)
-  local stale_after = opts.stale_after or M.STALE_AFTER
+  local t, terr = M.timings(opts)
+  if not t then error("lock.acquire: " .. terr, 2) end
   local token = safe_token(info.run_id) .. "." .. string.format("%08x", math.random(0, 0x7fffffff))
   local record = {}
   for _, k in ipairs { "holder", "pid", "version", "command", "run_id" } do
     record[#record + 1] = k .. "=" .. one_line(info[k])
   end
+  record[#record + 1] = "stale_after=" .. t.stale_after
   local text = script(ACQUIRE, {
-    { "L", "" }, { "CS_NAME", opts.name or M.NAME }, { "CS_TOKEN", token },
-    { "CS_STALE", tostring(math.floor(stale_after)) }, { "CS_RECORD", table.concat(record, "\n") },
+    { "CS_BASE", "" }, { "CS_NAME", opts.name or M.NAME }, { "CS_TOKEN", token },
+    { "CS_STALE", tostring(t.stale_after) }, { "CS_RECORD", table.concat(record, "\n") },
   }, opts.dirs)
-  local done, r, err, code = pcall(run_script, host, text, "acquire", opts.timeout or M.TIMEOUT)
+  -- the deadline counts from here: the lock on the host is no older than this moment
+  local sent = loop.now()
+  local done, r, err, code, answer = pcall(run_script, host, text, "acquire", opts.timeout or M.TIMEOUT)
   if (not done and r == "cancelled") or (done and not r and (code == "timeout" or code == "closed")) then
     -- cut off mid-acquire: the host may have published our lock without our hearing of it.
     -- Try a token-checked release when this task ends (a destructor can still wait).
     forget_later(host, token, opts)
   end
   if not done then error(r, 0) end
-  if not r then return nil, err, code end
+  if not r then return nil, err, code, answer end
   if r.status == "locked" then
     return nil, string.format("%s: another cargoship holds the lock at %s: %s; it is free once that "
       .. "run ends, or %d s after its last heartbeat (`cargoship unlock CLUSTER` breaks it)",
-      host.name, r.path, M.describe(r.record, r.age, r.now), stale_after), "locked", r
+      host.name, r.path, M.describe(r.record, r.age, r.now, r.owner), r.stale or t.stale_after), "locked", r
   end
   local log = opts.log or host.log or NOLOG
   local self = setmetatable({
     host = host, path = r.path, token = token, info = info, log = log,
-    interval = opts.interval or M.INTERVAL, stale_after = stale_after,
+    timings = t, interval = t.interval, stale_after = t.stale_after,
     timeout = opts.timeout or M.TIMEOUT, on_lost = opts.on_lost,
-    beats = 0, lost = nil, released = false, releasing = false,
+    beats = 0, last_ok = sent, lost = nil, released = false, releasing = false,
   }, Lock)
   if r.status == "took_over" then
     self.took_over = r.record
-    if r.record.token then self.tombstone = host_token(r.record.token) end
+    if r.tomb then self.tombstone = host_token(r.tomb) end
     log:warn("took over a stale lock at %s from %s (no heartbeat for over %d s)", r.path,
-      M.describe(r.record, r.age, r.now), stale_after)
+      M.describe(r.record, r.age, r.now, r.owner), r.stale or t.stale_after)
   else
     log:verbose("took the lock at %s", r.path)
   end
@@ -424,31 +662,38 @@ function M.acquire(host, info, opts)
   return self
 end
 
--- lock.read(host, opts) -> { held = bool, path, age, now, record, token } | nil, msg, code
--- A read (host:probe): dry runs and `cargoship unlock` use it to show the holder.
+-- lock.read(host, opts) -> { held = bool, path, age, now, record, token, owner, stale } |
+-- { unsafe = msg, path, owner } | nil, msg, code. A read (host:probe): dry runs and
+-- `cargoship unlock` use it to show the holder.
 function M.read(host, opts)
   opts = opts or {}
-  local text = script(READ, { { "L", opts.path or "" }, { "CS_NAME", opts.name or M.NAME } }, opts.dirs)
-  local r, err, code = run_script(host, text, "read", opts.timeout or M.TIMEOUT, true)
+  local text = script(READ, { { "CS_BASE", base_of(opts.path) }, { "CS_NAME", opts.name or M.NAME } }, opts.dirs)
+  local r, err, code, answer = run_script(host, text, "read", opts.timeout or M.TIMEOUT, true)
+  if not r and code == "unsafe" then
+    return { held = false, unsafe = err, path = answer.path, owner = answer.owner }
+  end
   if not r then return nil, err, code end
   return { held = r.status == "held", path = r.path, age = r.age, now = r.now, record = r.record,
-    token = r.record.token and host_token(r.record.token) or "" }
+    token = r.record.token and host_token(r.record.token) or "", owner = r.owner, stale = r.stale }
 end
 
 -- lock.break_lock(host, { path, token }) -> true, "broken"|"gone" | nil, msg, code
 -- Removes the lock at path only if its token is still the one shown to the operator
 -- (`token` from lock.read), so a run that took the lock since is not broken unseen.
 function M.break_lock(host, opts)
-  local text = script(BREAK, { { "L", opts.path }, { "CS_TOKEN", opts.token or "" } })
+  local text = script(BREAK, { { "CS_BASE", base_of(opts.path) }, { "CS_NAME", M.NAME },
+    { "CS_TOKEN", opts.token or "" } }, opts.dirs)
   local r, err, code = run_script(host, text, "break", opts.timeout or M.TIMEOUT)
   if not r then return nil, err, code end
   if r.status == "broken" or r.status == "gone" then return true, r.status end
   return nil, string.format("%s: the lock at %s changed since it was shown: now held by %s; left it alone",
-    host.name, r.path, M.describe(r.record, r.age, r.now)), "changed"
+    host.name, r.path, M.describe(r.record, r.age, r.now, r.owner)), "changed"
 end
 
 -- Timings from the environment, for tests and slow links: CARGOSHIP_LOCK_INTERVAL and
 -- CARGOSHIP_LOCK_STALE_AFTER (seconds). -> { interval, stale_after } | nil, msg
+-- The pair must make sense together (M.timings): an interval the holder cannot keep within
+-- its loss deadline would make every live lock look lost.
 function M.options_from_env(getenv)
   local o = {}
   for key, var in pairs { interval = "CARGOSHIP_LOCK_INTERVAL", stale_after = "CARGOSHIP_LOCK_STALE_AFTER" } do
@@ -459,8 +704,9 @@ function M.options_from_env(getenv)
       o[key] = n
     end
   end
-  if (o.interval or M.INTERVAL) >= (o.stale_after or M.STALE_AFTER) then
-    return nil, "CARGOSHIP_LOCK_INTERVAL must be shorter than CARGOSHIP_LOCK_STALE_AFTER, or a live lock goes stale"
+  local _, err = M.timings(o)
+  if err then
+    return nil, "CARGOSHIP_LOCK_INTERVAL / CARGOSHIP_LOCK_STALE_AFTER: " .. err
   end
   return o
 end

@@ -10,7 +10,7 @@
 --               mode, owner, mtime, sha256 (files) and target (symlinks), so deletions
 --               (whiteouts), new empty dirs and chmods count as writes too;
 --   tmpfs_tree  /run, /tmp and /dev/shm, which are RAM filesystems the upper dir never sees;
---               the host lock would be taken there (/run/lock or /tmp), so a dry run that
+--               the host lock would be taken there (/run/cargoship), so a dry run that
 --               took it would pass the upper-dir check alone.
 local cjson = require "cjson"
 local util = require "cargoship.util"

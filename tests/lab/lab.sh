@@ -45,8 +45,11 @@ RUN=/run/cargoship-lab       # machine-wide bookkeeping shared by all labs (tmpf
 SUITE=bookworm
 # Bump when the rootfs/layer recipe changes: a cache built by an older recipe
 # is then rebuilt instead of silently reused.
-RECIPE=cargoship-lab-1
-PKGS=openssh-server,openssh-sftp-server,runit,sudo,iproute2,procps,python3,coreutils,util-linux,iputils-ping
+RECIPE=cargoship-lab-2
+# nftables, python3(-yaml) and containerd (+ runc) on every host (netbase:
+# /etc/protocols and /etc/services, without which firewalld dies); ufw,
+# firewalld, fapolicyd and the SELinux stand-ins per flavour (layers below)
+PKGS=openssh-server,openssh-sftp-server,runit,sudo,iproute2,procps,python3,python3-yaml,coreutils,util-linux,iputils-ping,netbase,nftables,containerd
 SELF=$(readlink -f "$0")
 # cgroup2 mount: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
 # (v1 + v2) machine like this one (check: findmnt -t cgroup2)
@@ -93,6 +96,7 @@ mirror() {
 build_rootfs() {
   local R=$CACHE/rootfs.tmp M
   [ "$(cat "$CACHE/rootfs.ok" 2>/dev/null)" = "$RECIPE" ] && return
+  rebuilding rootfs "$CACHE/rootfs"
   rm -rf "$R" "$CACHE/rootfs" "$CACHE/rootfs.ok" "$CACHE"/layer-*   # layers depend on it
   M=$(mirror)
   log "building the base rootfs: debootstrap $SUITE from $M (one-time, ~40 s)"
@@ -129,6 +133,19 @@ EOF
   # host bind-mounts RAM copies over them (see host_init).
   chroot "$R" sh -ec 'for f in wtmp btmp lastlog; do touch /var/log/$f; chgrp utmp /var/log/$f; done
     chmod 664 /var/log/wtmp /var/log/lastlog; chmod 660 /var/log/btmp'
+  # containerd is installed, not started (one per host would cost ~40 MiB
+  # RSS): systemd hosts have the unit disabled, runit hosts a service dir
+  # that is not linked into /etc/service. Its root /var/lib/containerd is a
+  # per-host directory outside the overlay (bind-mounted at boot): its
+  # overlayfs snapshotter cannot use an overlayfs as its upper layer.
+  rm -f "$R/etc/systemd/system/multi-user.target.wants/containerd.service" \
+    "$R/var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/containerd.service" \
+    "$R/var/lib/systemd/deb-systemd-helper-enabled/containerd.service.dsh-also"
+  mkdir -m 711 "$R/var/lib/containerd"
+  mkdir -p "$R/etc/sv/containerd"
+  printf '#!/bin/sh\n# containerd under runit: ln -s /etc/sv/containerd /etc/service/ to start it\nexec containerd 2>&1\n' \
+    >"$R/etc/sv/containerd/run"
+  chmod 755 "$R/etc/sv/containerd/run"
   : >"$R/etc/resolv.conf"   # debootstrap copied the machine's; hosts get no DNS
   : >"$R/etc/machine-id"    # seeded per host at `up`
   rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/*
@@ -136,32 +153,57 @@ EOF
   echo "$RECIPE" >"$CACHE/rootfs.ok"
 }
 
+# About to replace an image (missing, or built by another RECIPE): refuse
+# while another lab's hosts have this cache's images as their lowerdirs
+# (deleting a lower under a mounted overlay breaks them); our own hosts are
+# recreated by cmd_up afterwards (REBUILT).
+REBUILT=0
+rebuilding() {  # WHAT PATH-IT-REPLACES
+  local l n
+  [ -e "$2" ] || return 0   # new: nobody can be using it
+  for l in "$RUN"/labs/*; do
+    [ -e "$l" ] || continue
+    n=${l##*/}
+    [ "$n" != "$PREFIX" ] && [ -e "/run/netns/$n-lab" ] && [ "$(cut -d' ' -f2 "$l")" = "$CACHE" ] \
+      && die "$1 in $CACHE must be (re)built (recipe $RECIPE) but lab $n still runs on it: down it first, or set LAB_CACHE"
+  done
+  REBUILT=1
+}
+
 # Layer NAME = packages installed over BASE (a lowerdir string), captured as
 # the upper dir of a throw-away overlay, so it holds only the delta. Built in
-# layer-NAME.tmp and renamed; layer-NAME.ok marks it complete.
+# layer-NAME.tmp and renamed; layer-NAME.ok marks it complete. POST (optional)
+# is a shell script run in the chroot after the packages are in.
 build_layer() {
-  local name=$1 base=$2 pkgs=$3 L=$CACHE/layer-$1 M
+  local name=$1 base=$2 pkgs=$3 post=${4:-} L=$CACHE/layer-$1 M
   [ "$(cat "$L.ok" 2>/dev/null)" = "$RECIPE" ] && return
+  rebuilding "layer $name" "$L"
   rm -rf "$L" "$L.ok" "$L.tmp" "$L.work" "$L.mnt"
   mkdir -p "$L.tmp" "$L.work" "$L.mnt"
   M=$(mirror)
-  log "building layer $name ($pkgs; one-time, ~10 s)"
-  # private mount ns: the overlay and proc mounts vanish with it, even on failure
+  log "building layer $name ($pkgs; one-time, ~10-40 s)"
+  # private mount ns: the overlay and proc mounts vanish with it, even on
+  # failure. policy-rc.d forbids maintainer scripts to start daemons: the
+  # chroot shares the machine's network and mounts, and a firewalld or
+  # fapolicyd started there would act on the machine itself.
   unshare --mount --propagation private bash -ec '
-    L=$1 base=$2 mirror=$3 suite=$4 pkgs=$5 M=$1.mnt
+    L=$1 base=$2 mirror=$3 suite=$4 pkgs=$5 post=$6 M=$1.mnt
     mount -t overlay overlay -o "lowerdir=$base,upperdir=$L.tmp,workdir=$L.work" "$M"
     mount -t proc proc "$M/proc"
     cp /etc/resolv.conf "$M/etc/resolv.conf"
     printf "deb %s %s main\n" "$mirror" "$suite" >"$M/etc/apt/sources.list"
+    printf "#!/bin/sh\nexit 101\n" >"$M/usr/sbin/policy-rc.d"; chmod 755 "$M/usr/sbin/policy-rc.d"
     chroot "$M" sh -ec "apt-get -q update
       DEBIAN_FRONTEND=noninteractive apt-get -qy install --no-install-recommends $pkgs
       apt-get clean; rm -rf /var/lib/apt/lists/*"
-    : >"$M/etc/resolv.conf"' _ "$L" "$base" "$M" "$SUITE" "$pkgs" >"$CACHE/layer-$name.log" 2>&1 \
+    [ -z "$post" ] || chroot "$M" sh -ec "$post"
+    rm -f "$M/usr/sbin/policy-rc.d"
+    : >"$M/etc/resolv.conf"' _ "$L" "$base" "$M" "$SUITE" "$pkgs" "$post" >"$CACHE/layer-$name.log" 2>&1 \
     || die "layer $name failed, see $CACHE/layer-$name.log"
   rm -rf "$L.work" "$L.mnt"
   # runit's postinst re-adds its placeholder service whenever packages change
   rm -f "$L.tmp/etc/runit/runsvdir/default/default-syslog"
-  "fix_${name%%-*}" "$L.tmp"
+  "fix_${name%%-*}" "$L.tmp" "${name#*-}"
   mv "$L.tmp" "$L"
   echo "$RECIPE" >"$L.ok"
 }
@@ -170,11 +212,20 @@ build_layer() {
 # own unit would start a second sshd (Debian's /etc/service/ssh) next to
 # ssh.service; timers that would write into the upper dir (or try the
 # network) at random times are masked; the journal stays in /run so an idle
-# host's upper dir does not grow.
+# host's upper dir does not grow. systemd-logind is masked: where dbus is
+# installed (rocky/systemd, for firewalld) it would track every SSH login and
+# start a user@0 manager, writing /run/systemd/users and /run/user/0 at each
+# login (specs prove a dry run changes nothing there); hosts without dbus
+# never ran it anyway. Boot-time units with nothing to do in a host that
+# shares the machine's kernel (kernel fs mounts, modprobe@, ext4 scrubbing,
+# remounting / from an fstab it has not) are masked too: 25 systemd hosts
+# boot on 2 cores.
 fix_systemd() {
   local u
   for u in console-getty.service runit.service apt-daily.timer apt-daily-upgrade.timer \
-    dpkg-db-backup.timer e2scrub_all.timer fstrim.timer; do
+    dpkg-db-backup.timer e2scrub_all.timer fstrim.timer systemd-logind.service \
+    e2scrub_reap.service systemd-remount-fs.service modprobe@.service dev-hugepages.mount dev-mqueue.mount \
+    sys-kernel-debug.mount sys-kernel-tracing.mount sys-kernel-config.mount sys-fs-fuse-connections.mount; do
     ln -sf /dev/null "$1/etc/systemd/system/$u"
   done
   mkdir -p "$1/etc/systemd/journald.conf.d"
@@ -202,15 +253,49 @@ EOF
   ln -sf rocky-release "$1/etc/redhat-release"; ln -sf rocky-release "$1/etc/system-release"
   rm -f "$1/etc/debian_version"; mknod "$1/etc/debian_version" c 0 0
   mkdir -p "$1/etc/dnf/vars" "$1/etc/yum.repos.d"; echo 9 >"$1/etc/dnf/vars/releasever"
+  # nftables as EL packs it: the boot-time file is /etc/sysconfig/nftables.conf
+  # (comments only, service disabled); Debian's /etc/nftables.conf is hidden
+  mkdir -p "$1/etc/sysconfig"
+  printf '# Uncomment the include statement here to load the default config sample\n# in /etc/nftables for nftables service.\n\n#include "/etc/nftables/main.nft"\n' \
+    >"$1/etc/sysconfig/nftables.conf"
+  chmod 600 "$1/etc/sysconfig/nftables.conf"
+  rm -f "$1/etc/nftables.conf"; mknod "$1/etc/nftables.conf" c 0 0
+  [ "$2" = systemd ] || return 0
+  mkdir -p "$1/usr/lib/systemd/system"
+  sed -e 's#/etc/nftables.conf#/etc/sysconfig/nftables.conf#g' "$CACHE/rootfs/usr/lib/systemd/system/nftables.service" \
+    >"$1/usr/lib/systemd/system/nftables.service"
+  # fapolicyd: installed, disabled (as on EL, where it is an opt-in), and
+  # permissive: started, it only logs its decisions and denies nothing. It
+  # marks only mounts of the host's own mount namespace (overlay root and
+  # tmpfs; never a filesystem mark, never the ext4 that /var/lib/containerd
+  # is bound from). It runs as root: dropping to its own user needs
+  # CAP_SYS_RESOURCE, which this machine's root does not have at all.
+  sed -i -E -e 's/^permissive *=.*/permissive = 1/' -e 's/^watch_fs *=.*/watch_fs = overlay,tmpfs/' \
+    -e 's/^allow_filesystem_mark *=.*/allow_filesystem_mark = 0/' -e 's/^uid *=.*/uid = root/' \
+    -e 's/^gid *=.*/gid = root/' "$1/etc/fapolicyd/fapolicyd.conf"
+  [ "$(grep -cE '^(permissive = 1|watch_fs = overlay,tmpfs|allow_filesystem_mark = 0|uid = root|gid = root)$' \
+    "$1/etc/fapolicyd/fapolicyd.conf")" = 5 ]
+  rm -f "$1/etc/systemd/system/multi-user.target.wants/fapolicyd.service"
+  # firewalld: enabled (running after boot), as on EL; LAB_FIREWALLD=stopped
+  # disables it per host at `up`. Its log goes to /run, not the upper dir.
+  [ -L "$1/etc/systemd/system/multi-user.target.wants/firewalld.service" ] \
+    || ln -s /usr/lib/systemd/system/firewalld.service "$1/etc/systemd/system/multi-user.target.wants/firewalld.service"
+  ln -sf /run/firewalld.log "$1/var/log/firewalld"
 }
 
-# lowerdir string for a flavour (leftmost wins). The rocky layer is built
-# per init on top of that init's stack, so its dpkg status, passwd/group and
-# ld.so.cache include the init's packages instead of hiding them.
+# Debian flavour: ufw as Debian installs it (ufw.service enabled, but
+# ENABLED=no in ufw.conf, so `ufw status` says inactive).
+fix_debian() { grep -q '^ENABLED=no' "$1/etc/ufw/ufw.conf"; }
+
+# lowerdir string for a flavour (leftmost wins). The debian and rocky layers
+# are built per init on top of that init's stack, so their dpkg status,
+# passwd/group and ld.so.cache include the init's packages instead of hiding
+# them; the SELinux stand-in layer (no packages) sits on top for rocky.
 lower_of() {  # OS INIT
   local l=$CACHE/rootfs
   [ "$2" != systemd ] || l=$CACHE/layer-systemd:$l
-  [ "$1" != rocky ] || l=$CACHE/layer-rocky-$2:$l
+  l=$CACHE/layer-$1-$2:$l
+  [ "$1" != rocky ] || l=$SELINUX_LAYER:$l
   echo "$l"
 }
 
@@ -226,11 +311,64 @@ ensure_images() {  # "os init" pairs...
   done
   for f in "$@"; do
     case $f in
-      "rocky runit") build_layer rocky-runit "$CACHE/rootfs" "rpm dnf" ;;
-      "rocky systemd") build_layer rocky-systemd "$CACHE/layer-systemd:$CACHE/rootfs" "rpm dnf" ;;
+      "debian runit") build_layer debian-runit "$CACHE/rootfs" "ufw" ;;
+      "debian systemd") build_layer debian-systemd "$CACHE/layer-systemd:$CACHE/rootfs" "ufw" ;;
+      "rocky runit") build_layer rocky-runit "$CACHE/rootfs" "rpm dnf dnf-plugins-core file" "$(el_base_rpm runit)" ;;
+      "rocky systemd") build_layer rocky-systemd "$CACHE/layer-systemd:$CACHE/rootfs" \
+        "rpm dnf dnf-plugins-core file dbus firewalld fapolicyd" "$(el_base_rpm systemd)" ;;
     esac
   done
+  case " $* " in *"rocky "*) build_selinux ;; esac
   exec 8>&-
+}
+
+# Script (run in the rocky layer's chroot) that builds and installs an empty
+# noarch rpm providing what the Debian userland underneath really has. The
+# rpm database starts empty, so without it `dnf install ./x.rpm` refuses any
+# package that needs /bin/sh ("nothing provides /bin/sh needed by ...").
+el_base_rpm() {  # INIT
+  local prov="/bin/sh, /bin/bash, /usr/bin/sh, /usr/bin/bash, /usr/bin/env, /usr/bin/python3, bash, coreutils,"
+  prov+=" glibc, shadow-utils, util-linux, findutils, grep, sed, gawk, tar, gzip, procps-ng, iproute, sudo,"
+  prov+=" openssh-server, python3, nftables, containerd, runc"
+  [ "$1" != systemd ] || prov+=", systemd, systemd-units, dbus, firewalld, fapolicyd"
+  cat <<EOF
+# the rpm database where EL keeps it, for every user (Debian's rpm would use ~/.rpmdb)
+mkdir -p /etc/rpm /var/lib/rpm
+echo '%_dbpath /var/lib/rpm' >/etc/rpm/macros.dbpath
+mkdir -p /tmp/elbase/SPECS
+cat >/tmp/elbase/SPECS/lab-el-base.spec <<'SPEC'
+Name: lab-el-base
+Version: 9.3
+Release: 1
+Summary: What the lab host's Debian userland provides, for rpm's dependency checks
+License: MIT
+BuildArch: noarch
+Provides: $prov
+%description
+No files: only tells rpm and dnf which capabilities this host already has.
+%files
+SPEC
+rpmbuild --quiet --define '_topdir /tmp/elbase' -bb /tmp/elbase/SPECS/lab-el-base.spec
+rpm -i /tmp/elbase/RPMS/noarch/lab-el-base-9.3-1.noarch.rpm
+rpm -q lab-el-base
+rm -rf /tmp/elbase /var/tmp/rpm-tmp.*
+EOF
+}
+
+# The SELinux stand-in layer (rocky hosts): tests/lab/selinux/ copied in by
+# its install.sh, a new layer whenever those files change, so editing the
+# stand-in never rebuilds the package layers.
+# The layer's name carries the hash: a layer a running host (of any lab on
+# this cache) has as its lowerdir is never rewritten underneath it.
+selinux_layer() { echo "$CACHE/layer-selinux-$(cat "${SELF%/*}"/selinux/* | sha256sum | cut -c1-12)"; }
+build_selinux() {
+  local L
+  L=$(selinux_layer)
+  [ "$(cat "$L.ok" 2>/dev/null)" = "$RECIPE" ] && return
+  rm -rf "$L" "$L.ok" "$L.tmp"
+  "${SELF%/*}/selinux/install.sh" "$L.tmp" || die "SELinux stand-in layer failed"
+  mv "$L.tmp" "$L"
+  echo "$RECIPE" >"$L.ok"
 }
 
 # ======================================================================
@@ -294,10 +432,19 @@ host_down() {  # I
 # merged dir takes the upper's attributes; /root or /home/tb would break
 # sshd's StrictModes). Once mounted, write only through the host's view
 # (/proc/PID/root), never into the upper dir.
-host_seed() {  # I OS INIT
-  local i=$1 h=h$1 d u ip
+host_seed() {  # I OS INIT [firewalld-running|firewalld-stopped]
+  local i=$1 h=h$1 d u ip w
   d=$H/h$i ip=$NET.$((10 + i))
   mkdir -p "$d/upper/etc/ssh/authorized_keys" "$d/work" "$d/merged"
+  mkdir -m 711 "$d/containerd"   # bind-mounted at /var/lib/containerd (see build_rootfs)
+  if [ "${4:-}" = firewalld-stopped ]; then
+    # installed but disabled, as after `systemctl disable firewalld`: overlay
+    # whiteouts (char device 0:0) hide the layer's enable links
+    w=$d/upper/etc/systemd/system
+    mkdir -p "$w/multi-user.target.wants"
+    mknod "$w/multi-user.target.wants/firewalld.service" c 0 0
+    mknod "$w/dbus-org.fedoraproject.FirewallD1.service" c 0 0
+  fi
   echo "$h" >"$d/upper/etc/hostname"
   printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n%s\t%s.lab.internal %s\n' \
     "$ip" "$h" "$h" >"$d/upper/etc/hosts"
@@ -309,25 +456,28 @@ host_seed() {  # I OS INIT
   # all three client keys are authorized for all three users
   for u in root tb tbpw; do cat "$STATE"/id_{ed25519,ecdsa,rsa}.pub >"$d/upper/etc/ssh/authorized_keys/$u"; done
   lower_of "$2" "$3" >"$d/lower"
-  echo "$2 $3" >"$d/flavour"
+  echo "$2 $3${4:+ $4}" >"$d/flavour"
   # the shared host keys were deleted from the rootfs: one ed25519 key per host
   ssh-keygen -q -t ed25519 -N '' -C "root@$h" -f "$d/upper/etc/ssh/ssh_host_ed25519_key"
+}
+
+# Network for hosts I...: a netns each and a veth pair created from the lab
+# (one `ip -batch` for all), lab end on the bridge, host end eth0 (addressed
+# by the host itself in host_init, so that part runs in parallel). Fixed MAC
+# per host: a re-created host keeps its MAC, so peers' ARP caches stay valid
+# (a new MAC on a known IP costs ~30 s of timeouts).
+hosts_wire() {  # I...
+  local i
+  for i in "$@"; do ip netns add "$PREFIX-h$i"; done
+  for i in "$@"; do
+    printf 'link add %s type veth peer name eth0 netns %s address 02:6c:61:62:%02x:%02x\nlink set %s master %s up\n' \
+      "${PREFIX}v$i" "$PREFIX-h$i" $((i / 256)) $((i % 256)) "${PREFIX}v$i" "$BR"
+  done | ip -n "$LABNS" -batch -
 }
 
 host_start() {  # I INIT
   local i=$1 init=$2 h=h$1 d cg
   d=$H/h$i cg=$CG2/$CGNAME/h$i
-  # network: veth pair created from the lab, lab end on the bridge, host end
-  # eth0. Fixed MAC per host: a re-created host keeps its MAC, so peers' ARP
-  # caches stay valid (a new MAC on a known IP costs ~30 s of timeouts).
-  # (`ip -batch`: one process instead of one per command.)
-  ip netns add "$PREFIX-$h"
-  printf 'link add %s type veth peer name eth0 netns %s address 02:6c:61:62:%02x:%02x\nlink set %s master %s up\n' \
-    "${PREFIX}v$i" "$PREFIX-$h" $((i / 256)) $((i % 256)) "${PREFIX}v$i" "$BR" | ip -n "$LABNS" -batch -
-  # the default route points at the bridge, but the lab neither forwards nor
-  # has an uplink: nothing a host sends can leave the lab
-  printf 'link set lo up\naddr add %s/24 dev eth0\nlink set eth0 up\nroute add default via %s\n' \
-    "$NET.$((10 + i))" "$NET.1" | ip -n "$PREFIX-$h" -batch -
   # Each host gets its own cgroup (one cgroup.kill ends it) and a cgroup
   # namespace rooted there: systemd needs a writable cgroup2 tree of its own.
   mkdir -p "$cg"
@@ -338,14 +488,17 @@ host_start() {  # I INIT
   ( echo "$BASHPID" >"$cg/cgroup.procs"
     exec setsid nsenter --net="/run/netns/$PREFIX-$h" \
       unshare --mount --propagation private --uts --ipc --pid --cgroup --kill-child \
-      "$SELF" _init "$STATE" "$h" "$init" ) >"$d/console.log" 2>&1 </dev/null 7>&- 8>&- 9>&- &
+      "$SELF" _init "$STATE" "$h" "$init" "$NET.$((10 + i))" "$NET.1" ) >"$d/console.log" 2>&1 </dev/null 7>&- 8>&- 9>&- &
   echo $! >"$d/pid"
 }
 
 # Runs as PID 1 of the new PID namespace, in a private copy of the mount ns.
-host_init() {  # STATE hN INIT
+host_init() {  # STATE hN INIT ADDRESS GATEWAY
   local d=$1/hosts/$2 h=$2 init=$3 m n
   m=$d/merged
+  # the default route points at the bridge, but the lab neither forwards nor
+  # has an uplink: nothing a host sends can leave the lab
+  printf 'link set lo up\naddr add %s/24 dev eth0\nlink set eth0 up\nroute add default via %s\n' "$4" "$5" | ip -batch -
   mount -t overlay overlay -o "lowerdir=$(cat "$d/lower"),upperdir=$d/upper,workdir=$d/work" "$m"
   mount -t proc proc "$m/proc"                   # our PID namespace
   mount -t sysfs sysfs "$m/sys"                  # sysfs of our netns: /sys/class/net = lo, eth0
@@ -359,6 +512,7 @@ host_init() {  # STATE hN INIT
   mount -t tmpfs -o mode=1777 tmpfs "$m/dev/shm"
   mount -t tmpfs -o mode=755 tmpfs "$m/run"
   mount -t tmpfs -o mode=1777 tmpfs "$m/tmp"
+  [ ! -d "$m/var/lib/containerd" ] || mount --bind "$d/containerd" "$m/var/lib/containerd"
   # sshd writes wtmp/lastlog on every login: keep those in RAM (bind-mounted
   # over the rootfs' files), so a login leaves no trace in the upper dir and
   # tests can diff it to prove that a dry run wrote nothing.
@@ -419,7 +573,7 @@ write_files() {  # N: client files for hosts 1..N, each written to .tmp and rena
     done
   } >"$STATE/cluster.yaml.tmp"
   for i in $(seq 1 "$n"); do
-    read -r os init <"$H/h$i/flavour"
+    read -r os init _ <"$H/h$i/flavour"
     printf 'h%s\t%s\t%s\t%s\n' "$i" "$NET.$((10 + i))" "$os" "$init"
   done >"$STATE/hosts.tsv.tmp"
   for f in ssh_config known_hosts inventory.ini cluster.yaml hosts.tsv; do mv "$STATE/$f.tmp" "$STATE/$f"; done
@@ -457,11 +611,21 @@ cmd_up() {
   IFS=, read -ra inits <<<"${LAB_INIT:-systemd}"
   for os in "${oses[@]}"; do [[ $os =~ ^(debian|rocky)$ ]] || die "LAB_OS: unknown '$os' (debian|rocky)"; done
   for init in "${inits[@]}"; do [[ $init =~ ^(systemd|runit)$ ]] || die "LAB_INIT: unknown '$init' (systemd|runit)"; done
-  for i in $(seq 1 "$n"); do fl[i]="${oses[(i - 1) % ${#oses[@]}]} ${inits[(i - 1) % ${#inits[@]}]}"; done
-  mapfile -t need < <(printf '%s\n' "${fl[@]}" | sort -u)
+  local fw=${LAB_FIREWALLD:-running}
+  [[ $fw =~ ^(running|stopped)$ ]] || die "LAB_FIREWALLD: unknown '$fw' (running|stopped)"
+  # fl[i] = "OS INIT" (+ " firewalld-running|stopped" for rocky/systemd)
+  for i in $(seq 1 "$n"); do
+    fl[i]="${oses[(i - 1) % ${#oses[@]}]} ${inits[(i - 1) % ${#inits[@]}]}"
+    [ "${fl[i]}" != "rocky systemd" ] || fl[i]+=" firewalld-$fw"
+  done
+  mapfile -t need < <(printf '%s\n' "${fl[@]}" | cut -d' ' -f1,2 | sort -u)
   [ -n "$CG2" ] || die "no cgroup2 mount (findmnt -t cgroup2): hosts need their own cgroup"
   lock
   ensure_images "${need[@]}"
+  SELINUX_LAYER=$(selinux_layer)
+  if [ "$REBUILT" = 1 ]; then   # our running hosts sit on the images just replaced
+    for h in $(hosts); do host_down "${h#h}"; done
+  fi
   mkdir -p "$STATE/hosts" "$CG2/$CGNAME"
   for k in ed25519 ecdsa rsa; do
     [ -f "$STATE/id_$k" ] || ssh-keygen -q -t "$k" -N '' -C "cargoship-lab-$PREFIX" -f "$STATE/id_$k"
@@ -495,12 +659,14 @@ cmd_up() {
     todo+=("$i")
     host_down "$i"   # clear leftovers of a crashed or wrong-flavour host
   done
-  # seed in parallel (ssh-keygen dominates), then wire up and start in order
-  # shellcheck disable=SC2086  # fl[i] is "OS INIT"
+  # seed in parallel (ssh-keygen dominates), wire all at once, then start
+  # all (each host addresses its own eth0 while it boots)
+  # shellcheck disable=SC2086  # fl[i] is "OS INIT [FIREWALLD]"
   local seeding=()
   for i in "${todo[@]}"; do host_seed "$i" ${fl[i]} & seeding+=($!); done
   for p in "${seeding[@]}"; do wait "$p" || die "preparing a host's upper dir failed"; done
-  for i in "${todo[@]}"; do host_start "$i" "${fl[i]#* }"; done
+  [ ${#todo[@]} = 0 ] || hosts_wire "${todo[@]}"
+  for i in "${todo[@]}"; do read -r _ init _ <<<"${fl[i]}"; host_start "$i" "$init"; done
   write_files "$n"
   # Wait from inside the lab until every sshd accepts connections; a host
   # whose unshare died meanwhile (e.g. a mount failed in _init) is reported
@@ -513,7 +679,7 @@ cmd_up() {
   # systemd hosts: wait (bounded) until boot finished, so tests can start at
   # once. nsenter into the host's mount+pid ns: no ssh handshake needed.
   states=$(for i in $(seq 1 "$n"); do
-      [[ ${fl[i]} == *systemd ]] || continue
+      [[ ${fl[i]} == *" systemd"* ]] || continue
       p=$(pid1 "$i") || { echo "h$i:dead"; continue; }
       ( ready=$(timeout 60 nsenter -t "$p" -m -p env -i PATH=/usr/bin:/bin \
           systemctl is-system-running --wait 2>/dev/null) || true

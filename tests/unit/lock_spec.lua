@@ -34,6 +34,21 @@ local function mtime(path)
   return tonumber((sh("stat -c %Y " .. util.quote(path))))
 end
 
+-- stat(1) of path itself (not what a symlink names), in fmt.
+local function stat(path, fmt)
+  return (sh("stat -c " .. util.quote(fmt) .. " " .. util.quote(path)):gsub("%s+$", ""))
+end
+
+local function write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+local ME = stat("/proc/self", "%u")
+local ME_NAME = (sh("id -un"):gsub("%s+$", ""))
+local AS_ROOT = ME == "0"
+
 -- Ages path by `seconds` (the heartbeat's absence, as the host's clock sees it).
 local function age(path, seconds)
   assert(os.execute("touch -d " .. util.quote(seconds .. " seconds ago") .. " " .. util.quote(path)))
@@ -77,6 +92,14 @@ local function fake_host(name, o)
   return h
 end
 
+-- Inside the loop: waits until fn() is true or `timeout` seconds have passed (the fake host
+-- runs its scripts by a blocking popen, so on a loaded machine beats come late).
+local function eventually(fn, timeout)
+  local deadline = loop.now() + (timeout or 5)
+  while not fn() and loop.now() < deadline do loop.sleep(0.02) end
+  return fn()
+end
+
 -- Runs fn inside the loop, as every command does; raises its error.
 local function run(fn)
   local ok, a, b, c = loop.run(fn)
@@ -88,10 +111,11 @@ local INFO = { holder = "ops@console", pid = 4242, version = "1.2.3", command = 
 local OTHER = { holder = "dev@laptop", pid = 77, version = "1.2.3", command = "apply other.yaml", run_id = "run-b" }
 
 describe("lock", function()
-  local dir, path
+  local dir, base, path
   before_each(function()
     dir = temp_dir()
-    path = dir .. "/cargoship.lock"
+    base = dir .. "/cargoship"
+    path = base .. "/lock"
   end)
   after_each(function()
     os.execute("rm -rf " .. util.quote(dir))
@@ -138,6 +162,8 @@ describe("lock", function()
     assert.matches("ops@console (pid 4242, cargoship 1.2.3, `apply lab.yaml`)", err, 1, true)
     assert.matches("last heartbeat 2%d s ago", err)
     assert.matches("cargoship unlock", err, 1, true)
+    -- who the file system says made it, beside what the record claims
+    assert.matches("lock directory owned by " .. ME_NAME .. " (uid " .. ME .. ")", err, 1, true)
     assert.are.equal("run-a", record().run_id)
   end)
 
@@ -168,9 +194,9 @@ describe("lock", function()
     assert.is_nil((run(function() return old:release() end)))
     assert.are.equal(new.token, record().token)
     -- the tombstone of the stale lock outlives the takeover, and goes with the new lock
-    assert.is_true(exists(path .. ".old." .. old.token))
+    assert.is_true(exists(base .. "/old." .. old.token))
     assert.is_true((run(function() return new:release() end)))
-    assert.are.equal("", (sh("ls -A " .. util.quote(dir))))
+    assert.are.equal("", (sh("ls -A " .. util.quote(base))))
   end)
 
   it("removes the lock on release only while the token matches, and release is idempotent", function()
@@ -195,7 +221,7 @@ describe("lock", function()
       assert.is_true(y:release())
       assert.are.equal(writes, b.writes, "a second release does not go to the host")
     end)
-    assert.are.equal("", (sh("ls -A " .. util.quote(dir))), "release leaves nothing behind")
+    assert.are.equal("", (sh("ls -A " .. util.quote(base))), "release leaves nothing behind")
   end)
 
   it("touches the lock on heartbeat and flags a lock that vanished as lost", function()
@@ -213,7 +239,8 @@ describe("lock", function()
       assert.are.equal("lost", code)
       assert.matches("it is gone", err, 1, true)
       assert.are.equal(err, lost)
-      assert.are.equal(1, #h.lines.error)
+      -- reported by the callback's owner, not logged a second time by the lock
+      assert.are.equal(0, #h.lines.error)
     end)
   end)
 
@@ -222,7 +249,7 @@ describe("lock", function()
     run(function()
       local x = assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 0.1, stale_after = 3 }))
       age(path, 100)
-      loop.sleep(0.35)
+      eventually(function() return x.beats >= 2 end)
       assert.is_true(x.beats >= 2, "beats: " .. x.beats)
       assert.is_true(os.time() - mtime(path) < 5)
       assert.is_true(x:release())
@@ -242,7 +269,8 @@ describe("lock", function()
       }))
       os.execute("rm -rf " .. util.quote(path))
       local y = assert(lock.acquire(b, OTHER, opts()))
-      loop.sleep(0.3)
+      eventually(function() return #lost > 0 end)
+      loop.sleep(0.2)
       assert.are.equal(1, #lost)
       assert.matches("taken over by dev@laptop", lost[1], 1, true)
       assert.are.equal(lost[1], x.lost)
@@ -252,16 +280,16 @@ describe("lock", function()
     end)
   end)
 
-  it("declares the lock lost when the host stays unreachable for the stale window", function()
+  it("declares the lock lost when the host stays unreachable until the loss deadline", function()
     local h = fake_host("h1")
     local lost
     run(function()
       local x = assert(lock.acquire(h, INFO, opts {
-        heartbeat = true, interval = 0.1, stale_after = 0.35, on_lost = function(msg) lost = msg end,
+        heartbeat = true, interval = 0.1, stale_after = 3, on_lost = function(msg) lost = msg end,
       }))
       h.run = function() return nil, "h1: exec: connection cut", "closed" end
-      loop.sleep(0.6)
-      assert.matches("could not refresh it for", x.lost, 1, true)
+      eventually(function() return x.lost end)
+      assert.matches("no heartbeat got through for", x.lost, 1, true)
       assert.matches("connection cut", lost, 1, true)
       assert.is_true(#h.lines.warn >= 1)
     end)
@@ -287,7 +315,7 @@ describe("lock", function()
   it("releases once when the destructor and a release call race", function()
     local h = fake_host("h1")
     run(function()
-      local x = assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 60 }))
+      local x = assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 20 }))
       local t = loop.spawn(function() return x:release() end)
       x.task:cancel()
       assert.is_true(x:release())
@@ -325,7 +353,7 @@ describe("lock", function()
       return won
     end
     for _ = 1, 10 do
-      os.execute("rm -rf " .. util.quote(path))
+      os.execute("rm -rf " .. util.quote(base))
       assert.are.equal(1, race(), "free lock")
       age(path, 10)
       assert.are.equal(1, race(), "stale lock")
@@ -362,7 +390,7 @@ describe("lock", function()
     end)
   end)
 
-  it("falls back to the next directory when /run/lock is absent", function()
+  it("falls back to the next directory when /run is absent", function()
     local h = fake_host("h1")
     local x = run(function()
       return assert(lock.acquire(h, INFO, opts { dirs = { dir .. "/no-such-dir", dir } }))
@@ -416,6 +444,255 @@ describe("lock", function()
     end)
   end)
 
+  it("keeps the lock in a directory it makes itself, mode 700, under a parent only its owner can write", function()
+    local h = fake_host("h1")
+    run(function() assert(lock.acquire(h, INFO, opts())) end)
+    assert.are.equal("700 " .. ME .. " directory", stat(base, "%a %u %F"))
+    assert.are.equal("600 " .. ME, stat(path .. "/holder", "%a %u"))
+    -- like /tmp, or /run/lock on Debian (1777): anyone could plant the lock there first
+    for _, mode in ipairs { "1777", "0777", "0775" } do
+      local ww = dir .. "/ww" .. mode
+      assert(os.execute("mkdir -m " .. mode .. " " .. util.quote(ww)))
+      local x, err, code = run(function() return lock.acquire(h, INFO, opts { dirs = { ww } }) end)
+      assert.is_nil(x)
+      assert.are.equal("unsafe", code)
+      assert.matches("h1: lock: refusing " .. ww .. ": it can be written by others (owner " .. ME_NAME
+        .. " (uid " .. ME .. "), mode " .. mode:gsub("^0", "") .. ")", err, 1, true)
+      assert.are.equal("", (sh("ls -A " .. util.quote(ww))), "nothing made in " .. ww)
+    end
+    -- a sticky world-writable directory further up (the spec's own /tmp) is fine: nobody
+    -- else can move what is in it
+    assert.matches("^/tmp/", dir)
+  end)
+
+  it("refuses a planted lock directory, naming its real owner, and believes no record in it", function()
+    local h = fake_host("h1")
+    -- a symlink where the private directory goes: never followed, nothing made where it points
+    local elsewhere = dir .. "/elsewhere"
+    assert(os.execute("mkdir " .. util.quote(elsewhere) .. " && ln -s " .. util.quote(elsewhere) .. " "
+      .. util.quote(base)))
+    local x, err, code = run(function() return lock.acquire(h, INFO, opts()) end)
+    assert.is_nil(x)
+    assert.are.equal("unsafe", code)
+    assert.matches("refusing " .. base .. ": it is a symbolic link", err, 1, true)
+    assert.are.equal("", (sh("ls -A " .. util.quote(elsewhere))))
+    os.remove(base)
+    -- a directory of the right name but not private (someone made it, or widened it)
+    assert(os.execute("mkdir -m 755 " .. util.quote(base)))
+    x, err, code = run(function() return lock.acquire(h, INFO, opts()) end)
+    assert.is_nil(x)
+    assert.are.equal("unsafe", code, err)
+    assert.matches("refusing " .. base .. ": it is not private (mode 700) (owner " .. ME_NAME, err, 1, true)
+    assert.is_false(exists(path))
+    os.execute("rm -rf " .. util.quote(base))
+    if not AS_ROOT then
+      pending("a lock directory owned by another user: needs root to chown (ran as uid " .. ME .. ")")
+      return
+    end
+    -- another user's directory with a fresh lock claiming root: a spoof, shown with its real owner
+    assert(os.execute("mkdir -m 700 " .. util.quote(base) .. " " .. util.quote(path)))
+    write(path .. "/holder", "holder=root@ops\npid=1\ntoken=spoof.1\nstarted=" .. os.time() .. "\n")
+    assert(os.execute("chown -R 1000:1000 " .. util.quote(base)))
+    local before = read(path .. "/holder")
+    x, err, code = run(function() return lock.acquire(h, INFO, opts()) end)
+    assert.is_nil(x)
+    assert.are.equal("unsafe", code)
+    assert.matches("(uid 1000)", err, 1, true)
+    assert.matches("refusing " .. base .. ": it does not belong to uid 0 (owner ", err, 1, true)
+    assert.is_nil(err:find("root@ops", 1, true), "the planted record is not shown as the holder: " .. err)
+    local st = run(function() return assert(lock.read(h, { dirs = { dir } })) end)
+    assert.is_false(st.held)
+    assert.matches("(uid 1000)", st.owner, 1, true)
+    assert.matches("(uid 1000)", st.unsafe, 1, true)
+    assert.are.same({ nil, "unsafe" }, { (run(function()
+      return lock.break_lock(h, { path = path, token = "spoof.1" })
+    end)), select(3, run(function() return lock.break_lock(h, { path = path, token = "spoof.1" }) end)) })
+    assert.are.equal(before, read(path .. "/holder"), "left as it was")
+    -- the lock inside a private directory, but another user's: refused the same way
+    assert(os.execute("chown 0:0 " .. util.quote(base)))
+    x, err, code = run(function() return lock.acquire(h, INFO, opts()) end)
+    assert.is_nil(x)
+    assert.are.equal("unsafe", code)
+    assert.matches("refusing " .. path .. ": it does not belong to uid 0", err, 1, true)
+  end)
+
+  it("takes over a stale lock without writing through what was planted in it, or hanging on a FIFO", function()
+    local h = fake_host("h1")
+    local target = dir .. "/precious"
+    write(target, "keep me\n")
+    local before = stat(target, "%s %Y") .. read(target)
+    run(function() assert(lock.acquire(fake_host("h1"), OTHER, opts { stale_after = 3 })) end)
+    -- what a takeover might touch: the record, a marker, the tombstone's name
+    os.remove(path .. "/holder")
+    assert(os.execute("ln -s " .. util.quote(target) .. " " .. util.quote(path .. "/holder")
+      .. " && ln -s " .. util.quote(target) .. " " .. util.quote(path .. "/gone")
+      .. " && mkfifo " .. util.quote(path .. "/fifo")))
+    age(path, 10)
+    local t0 = util.now()
+    local x = run(function() return assert(lock.acquire(h, INFO, opts { stale_after = 3 })) end)
+    assert.is_true(util.now() - t0 < 5)
+    assert.is_truthy(x.took_over)
+    assert.is_nil(x.took_over.holder, "a record behind a symlink is not read")
+    assert.are.equal(before, stat(target, "%s %Y") .. read(target))
+    assert.are.equal("run-a", record().run_id)
+    -- a FIFO where the record goes is not read either (a read would wait for a writer forever)
+    run(function() assert(x:release()) end)
+    run(function() assert(lock.acquire(fake_host("h1"), OTHER, opts { stale_after = 3 })) end)
+    os.remove(path .. "/holder")
+    assert(os.execute("mkfifo " .. util.quote(path .. "/holder")))
+    age(path, 10)
+    t0 = util.now()
+    x = run(function() return assert(lock.acquire(h, INFO, opts { stale_after = 3 })) end)
+    assert.is_true(util.now() - t0 < 5)
+    assert.is_truthy(x.took_over)
+    -- a lock that is itself a symlink is refused, and what it names stays as it was
+    run(function() assert(x:release()) end)
+    assert(os.execute("ln -s " .. util.quote(target) .. " " .. util.quote(path)))
+    local _, err, code = run(function() return lock.acquire(h, INFO, opts { stale_after = 3 }) end)
+    assert.are.equal("unsafe", code)
+    assert.matches("refusing " .. path .. ": it is a symbolic link", err, 1, true)
+    assert.are.equal(before, stat(target, "%s %Y") .. read(target))
+  end)
+
+  it("lets no taker with a shorter stale window cut short the window the holder wrote in its record", function()
+    local a, b = fake_host("h1"), fake_host("h1")
+    run(function() assert(lock.acquire(a, INFO, opts { stale_after = 10 })) end)
+    assert.are.equal("10", record().stale_after)
+    age(path, 6)
+    local _, err, code = run(function() return lock.acquire(b, OTHER, opts { stale_after = 3 }) end)
+    assert.are.equal("locked", code)
+    assert.matches("or 10 s after its last heartbeat", err, 1, true)
+    age(path, 12)
+    local x = run(function() return assert(lock.acquire(b, OTHER, opts { stale_after = 3 })) end)
+    assert.are.equal("ops@console", x.took_over.holder)
+    -- and a longer taker's own window still counts
+    age(path, 6)
+    _, _, code = run(function() return lock.acquire(a, INFO, opts { stale_after = 8 }) end)
+    assert.are.equal("locked", code)
+  end)
+
+  describe("timing", function()
+    it("derives the loss deadline, retry and margin from the stale window", function()
+      assert.are.same({ interval = 15, retry = 5, lost_after = 45, stale_after = 60, margin = 15, beat_timeout = 10 },
+        lock.timings())
+      assert.are.same({ interval = 1, retry = 1 / 3, lost_after = 2, stale_after = 3, margin = 1, beat_timeout = 10 },
+        lock.timings { interval = 1, stale_after = 3 })
+      -- the margin is a quarter of the window, never under a second
+      assert.are.equal(1, lock.timings({ stale_after = 2 }).margin)
+      assert.are.equal(30, lock.timings({ stale_after = 120 }).margin)
+      -- the default interval leaves room for two retries before the deadline
+      assert.are.equal(15, lock.timings({ stale_after = 120 }).interval)
+      assert.are.equal(3, lock.timings({ stale_after = 12 }).interval)
+    end)
+
+    it("keeps the holder's deadline a margin short of any takeover, for every window", function()
+      for s = 2, 600 do
+        local t = assert(lock.timings { stale_after = s })
+        assert.is_true(t.margin >= 1 and t.margin >= s / 4, s)
+        assert.are.equal(s, t.lost_after + t.margin, s)
+        assert.is_true(t.interval <= t.lost_after / 2, s)
+        assert.is_true(t.retry < t.interval, s)
+      end
+    end)
+
+    it("refuses timings that would break the invariant", function()
+      assert.is_nil(lock.timings { stale_after = 1 })
+      assert.is_nil(lock.timings { stale_after = 2.5 })
+      assert.is_nil(lock.timings { stale_after = 60, interval = 23 })
+      assert.is_nil(lock.timings { stale_after = 60, interval = 0 })
+      assert.is_nil(lock.timings { stale_after = 60, margin = 60 })
+      assert.is_truthy(lock.timings { stale_after = 60, interval = 22.5 })
+      assert.has_error(function()
+        run(function() return lock.acquire(fake_host("h1"), INFO, opts { stale_after = 60, interval = 40 }) end)
+      end)
+      assert.is_false(exists(path), "nothing was sent")
+    end)
+
+    it("counts the lock lost at its deadline without waiting for the beat in flight", function()
+      local h = fake_host("h1")
+      local lost_at, calls = nil, 0
+      run(function()
+        local x
+        x = assert(lock.acquire(h, INFO, opts {
+          heartbeat = true, interval = 0.5, stale_after = 3,
+          on_lost = function(msg, handle)
+            calls = calls + 1
+            assert.are.equal(x, handle)
+            lost_at = loop.now()
+            assert.matches("no heartbeat got through", msg, 1, true)
+          end,
+        }))
+        loop.sleep(0.75)
+        assert.are.equal(1, x.beats)
+        local good = x.last_ok
+        -- a stalled session: the command is sent and never answers
+        h.run = function() loop.sleep(60) end
+        loop.sleep(2.2)
+        assert.are.equal(1, calls)
+        -- the deadline: 2 s (3 s window less 1 s margin) after the good beat was sent
+        assert.is_true(lost_at - good >= 2 - 0.05 and lost_at - good <= 2 + 0.3, "lost after " .. (lost_at - good))
+        assert.matches("the heartbeat in flight had no answer", x.lost, 1, true)
+        assert.are.equal("unreachable", x.lost_kind)
+        loop.sleep(0.1)
+        assert.are.equal("done", x.task:status())
+      end)
+    end)
+
+    it("retries a failed beat sooner than a full interval, until the deadline", function()
+      local h = fake_host("h1")
+      local times = {}
+      run(function()
+        local x = assert(lock.acquire(h, INFO, opts { heartbeat = true, interval = 0.6, stale_after = 4 }))
+        local good, returned = x.last_ok, loop.now()
+        h.run = function()
+          times[#times + 1] = loop.now()
+          return nil, "h1: exec: connection cut", "closed"
+        end
+        loop.sleep(3.3)
+        assert.is_truthy(x.lost)
+        -- first try one interval after the acquire returned, then every retry (0.2 s, well
+        -- under the 0.6 s interval), until 3 s after the acquire was sent
+        assert.is_true(math.abs(times[1] - returned - 0.6) < 0.15, times[1] - returned)
+        for i = 2, #times do
+          local gap = times[i] - times[i - 1]
+          assert.is_true(gap >= 0.19 and gap < 0.45, "gap " .. gap)
+        end
+        assert.is_true(#times >= math.floor((good + 3 - times[1]) / 0.25), #times .. " tries")
+        assert.is_true(x.lost_at - good >= 3 - 0.05 and x.lost_at - good <= 3 + 0.2, x.lost_at - good)
+      end)
+    end)
+  end)
+
+  it("sends only scripts that shellcheck finds nothing in (POSIX sh)", function()
+    local _, code = sh("command -v shellcheck >/dev/null")
+    if code ~= 0 then
+      pending("shellcheck is not installed")
+      return
+    end
+    local a, b = fake_host("h1"), fake_host("h1")
+    run(function()
+      local x = assert(lock.acquire(a, INFO, opts { stale_after = 3 }))
+      assert(x:heartbeat())
+      age(path, 10)
+      local y = assert(lock.acquire(b, OTHER, opts { stale_after = 3 }))
+      local st = assert(lock.read(b, { dirs = { dir } }))
+      assert(lock.break_lock(b, { path = st.path, token = st.token }))
+      assert.is_nil(x:release())
+      assert.is_nil((y:release()), "broken, so gone")
+    end)
+    local n = 0
+    for _, h in ipairs { a, b } do
+      for _, script in ipairs(h.scripts) do
+        n = n + 1
+        local file = dir .. "/script" .. n .. ".sh"
+        write(file, "#!/bin/sh\n" .. script)
+        local out, rc = sh("shellcheck -s sh " .. util.quote(file) .. " 2>&1")
+        assert.are.equal(0, rc, out)
+      end
+    end
+    assert.is_true(n >= 6, n .. " scripts")
+  end)
+
   it("is refused by a dry-run host: taking a lock is a write", function()
     local h = fake_host("h1", { dry_run = true })
     assert.has_error(function() run(function() return lock.acquire(h, INFO, opts()) end) end,
@@ -430,6 +707,10 @@ describe("lock", function()
       lock.options_from_env(env { CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "3" }))
     assert.is_nil(lock.options_from_env(env { CARGOSHIP_LOCK_STALE_AFTER = "soon" }))
     local _, err = lock.options_from_env(env { CARGOSHIP_LOCK_INTERVAL = "90" })
-    assert.matches("shorter than", err)
+    assert.matches("at most 22.5 s", err, 1, true)
+    -- half the loss deadline is the most: 3 s window, 1 s margin, 2 s deadline
+    assert.is_nil(lock.options_from_env(env { CARGOSHIP_LOCK_INTERVAL = "1.5", CARGOSHIP_LOCK_STALE_AFTER = "3" }))
+    _, err = lock.options_from_env(env { CARGOSHIP_LOCK_STALE_AFTER = "2.5" })
+    assert.matches("whole number of seconds", err, 1, true)
   end)
 end)

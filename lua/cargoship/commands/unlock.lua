@@ -10,10 +10,17 @@ M.usage = [[
 Usage: cargoship unlock [options] CLUSTER
 
 Connects to every host of the cluster file CLUSTER and shows who holds its cargoship lock
-(/run/lock/cargoship.lock; /var/lock or /tmp where /run/lock is absent): the user and
-machine, pid, cargoship version and command of the holding run, when it started and how
-long ago its heartbeat last touched the lock (by the host's clock). A lock without a
-heartbeat for over 60 s is stale; the next apply takes it over by itself.
+(/run/cargoship/lock; /var/lib/cargoship/lock where /run is absent): the user and machine,
+pid, cargoship version and command of the holding run, when it started, how long ago its
+heartbeat last touched the lock (by the host's clock), and which user owns the lock
+directory on the host (the record says who the holder claims to be; the owner is what the
+host's file system says). A lock without a heartbeat for over 60 s is stale; the next apply
+takes it over by itself.
+
+cargoship keeps the lock only in a directory it made itself (mode 700) under parents only
+root can write. A directory there that fails that check (another owner, a symlink, a wider
+mode) is shown with its owner and left alone: it may have been planted, so remove it as
+root yourself once you have looked at it.
 
 Then, after a yes on the terminal (or with --yes), it breaks those locks. A lock is only
 broken if it is still the one shown: a run that took it meanwhile keeps it. Breaking the
@@ -22,7 +29,8 @@ lock of a run that is still alive makes that run stop on the host at its next he
 Host keys are checked against ~/.ssh/known_hosts (or --known-hosts).
 
 Exit code 0 when every lock shown was broken (or none was held); 1 when a host could not
-be reached, a lock could not be broken, or the breaking was not confirmed.
+be reached, a lock could not be broken, a lock directory was refused, or the breaking was
+not confirmed.
 
 Every run keeps a full debug log ($XDG_CACHE_HOME/cargoship/, or --log-file PATH).]]
 M.options = {
@@ -89,11 +97,14 @@ function M.run(ctx, a)
   local held = {}
   for _, host in ipairs(run.hosts) do
     local st = values[host]
-    if st and st.held then
+    if st and st.unsafe then
+      ctx.stdout:write(st.unsafe, "\n")
+      failed = failed + 1
+    elseif st and st.held then
       held[#held + 1] = { host = host, state = st }
-      local stale = st.age and st.age > stale_after and " (stale)" or ""
+      local stale = st.age and st.age > math.max(stale_after, st.stale or 0) and " (stale)" or ""
       ctx.stdout:write(string.format("%s: locked at %s by %s%s\n", host.name, st.path,
-        lock.describe(st.record, st.age, st.now), stale))
+        lock.describe(st.record, st.age, st.now, st.owner), stale))
     elseif st then
       ctx.stdout:write(host.name, ": not locked\n")
     else

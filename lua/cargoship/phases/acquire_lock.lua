@@ -1,14 +1,14 @@
 -- cargoship.phases.acquire_lock: phase 7, takes every host's exclusive lock; a heartbeat keeps it until phase 30.
 --
--- Timings come from the lock module's defaults (touch every 30 s, stale after 60 s of
--- silence) unless CARGOSHIP_LOCK_INTERVAL / CARGOSHIP_LOCK_STALE_AFTER (seconds) say
--- otherwise; the integration specs shrink them to watch a takeover happen.
+-- Timings come from the lock module's defaults (touch every 15 s, counted lost 45 s after
+-- the last good touch, stale after 60 s; see lock.lua) unless CARGOSHIP_LOCK_INTERVAL /
+-- CARGOSHIP_LOCK_STALE_AFTER (seconds) say otherwise; the integration specs shrink them.
 -- assess reads the lock and plans one step, take_lock, whose sentence says whom the run
 -- meets there; run executes it on the first host alone, then on the others. The handles
--- land in ctx.locks[host.name]. A host whose lock is later lost or stolen is reported by
--- the lock's callback through ctx:host_lost, which fails it from then on. A conflict is
--- recorded in ctx.lock_conflicts (messages naming the holders), so the command can exit
--- with its "locked" code.
+-- land in ctx.locks[host.name]. A host whose lock is later lost, stolen or not refreshed in
+-- time reaches the run through the lock's own callback: ctx:host_lost fails it from then on.
+-- A conflict is recorded in ctx.lock_conflicts (messages naming the holders), so the
+-- command can exit with its "locked" code.
 local action = require "cargoship.action"
 local lock = require "cargoship.lock"
 
@@ -52,12 +52,13 @@ end
 function M.assess(ctx, host)
   local cur = lock.read(host)
   local say
-  if not cur then say = "take the lock at " .. lock.DIRS[1] .. "/" .. lock.NAME
+  if not cur then say = "take the lock at " .. lock.default_path()
+  elseif cur.unsafe then say = "take the lock, but it would be refused: " .. cur.unsafe
   elseif not cur.held then say = "take the lock at " .. cur.path
   else
-    local stale = cur.age and cur.age > (timings(ctx).stale_after or lock.STALE_AFTER)
+    local stale = cur.age and cur.age > math.max(timings(ctx).stale_after or lock.STALE_AFTER, cur.stale or 0)
     say = string.format("take the lock at %s (currently held by %s%s)", cur.path,
-      lock.describe(cur.record, cur.age, cur.now), stale and "; stale, so it would be taken over" or "")
+      lock.describe(cur.record, cur.age, cur.now, cur.owner), stale and "; stale, so it would be taken over" or "")
   end
   return { action.step { name = "take_lock", say = say } }
 end

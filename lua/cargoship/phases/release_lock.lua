@@ -30,7 +30,7 @@ function M.assess(ctx, host)
   local path = h and h.path
   if not path then
     local cur = lock.read(host)
-    path = cur and cur.path or (lock.DIRS[1] .. "/" .. lock.NAME)
+    path = cur and cur.path or lock.default_path()
   end
   return { action.step { name = "release_lock", say = "release the lock at " .. path } }
 end

@@ -31,12 +31,17 @@ local function recorder()
 end
 
 -- A connection that runs commands here, by /bin/sh, with this host's own directory standing
--- in for /run/lock: each fake host is its own machine.
+-- in for /run: each fake host is its own machine. A lock script that would look at the real
+-- /run fails the spec instead.
 local function fake_conn(lockdir)
   local c = { temps = {}, execs = 0, closed = false, removed = 0 }
   function c.exec(self, cmd)
     self.execs = self.execs + 1
-    cmd = cmd:gsub("'/run/lock'", function() return util.quote(lockdir) end)
+    local n
+    cmd, n = cmd:gsub("\nset %-%- '/run' '/var/lib'\n",
+      function() return "\nset -- " .. util.quote(lockdir) .. "\n" end)
+    assert(n == 1, "not a lock script with the default directories: " .. cmd:sub(1, 200))
+    assert(not cmd:find("CS_BASE='/run", 1, true), "a lock script for the real /run")
     local errf = os.tmpname()
     local p = assert(io.popen("sh -c " .. util.quote(cmd) .. " 2>" .. util.quote(errf)))
     local out = p:read("a")
@@ -118,7 +123,7 @@ local function run(fn)
   return a, b, c
 end
 
-local function lockpath(h) return h.lockdir .. "/cargoship.lock" end
+local function lockpath(h) return h.lockdir .. "/cargoship/lock" end
 
 -- Another run's lock on h, aged `age` seconds.
 local function hold(h, age)
@@ -169,7 +174,7 @@ describe("lock phases", function()
     end)
     assert.are.same({ kind = "step", name = "take_lock", say = "take the lock at " .. lockpath(hosts[1]) }, a1[1])
     assert.matches("^take the lock at .* %(currently held by dev@laptop %(pid 77", a2[1].say)
-    assert.matches("last heartbeat 1%d s ago%)$", a2[1].say)
+    assert.matches("last heartbeat 1%d s ago, lock directory owned by [^()]+ %(uid %d+%)%)$", a2[1].say)
     for _, h in ipairs(hosts) do
       assert.are.equal(0, h.writes_sent)
       assert.are.same({}, h.refused)
@@ -185,6 +190,20 @@ describe("lock phases", function()
     hold(hosts[1], 300)
     local a = run(function() return acquire.assess(new_ctx(hosts, { dry_run = true }), hosts[1]) end)
     assert.matches("stale, so it would be taken over", a[1].say, 1, true)
+  end)
+
+  it("says a lock directory it would refuse, with its owner, and refuses it for real", function()
+    local hosts = hosts_for(base, 1, true)
+    assert(os.execute("mkdir -m 755 " .. util.quote(hosts[1].lockdir .. "/cargoship")))
+    local a = run(function() return acquire.assess(new_ctx(hosts, { dry_run = true }), hosts[1]) end)
+    assert.matches("^take the lock, but it would be refused: h1: lock: refusing .*/cargoship: it is not private "
+      .. "%(mode 700%) %(owner ", a[1].say)
+    hosts = hosts_for(base, 1)
+    local ctx = new_ctx(hosts)
+    local ok, failures = run(function() return execute(ctx, acquire, hosts) end)
+    assert.is_nil(ok)
+    assert.matches("it is not private (mode 700)", failures[1].err, 1, true)
+    assert.are.same({}, ctx.lock_conflicts, "a refusal is not another run's lock")
   end)
 
   it("cannot take a lock in a dry run even if asked: the host refuses the write", function()
@@ -250,7 +269,7 @@ describe("lock phases", function()
     assert.is_true(exists(lockpath(hosts[3])), "the other run's lock stays")
   end)
 
-  it("reports the host lost through ctx:host_lost when its lock is stolen mid-run", function()
+  it("fails the host through the lock's callback, ctx:host_lost, when its lock is stolen mid-run", function()
     local hosts = hosts_for(base, 1)
     local ctx = new_ctx(hosts, { env = { CARGOSHIP_LOCK_INTERVAL = "0.1", CARGOSHIP_LOCK_STALE_AFTER = "2" } })
     run(function()

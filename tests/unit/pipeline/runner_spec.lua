@@ -313,6 +313,23 @@ describe("runner, real run", function()
     assert.are.equal("skipped", rep.phases[3].verdict)
   end)
 
+  it("fails a host in the running phase when its lock's callback calls ctx:host_lost", function()
+    local ctx = S.ctx { dry_run = false }
+    local h2 = ctx.hosts[2]
+    local rep = S.run(ctx, {
+      S.phase(calls, "lock", { run = function() end }),
+      S.phase(calls, "work", { run = function(c)
+        -- the lock's heartbeat task, beside the phase's own work
+        local t = loop.spawn(function() c:host_lost(h2, "lost the lock at /run/cargoship/lock: taken over") end)
+        t:join()
+      end }),
+      S.phase(calls, "after", { run = function() end }),
+    })
+    assert.are.equal("failed", rep.phases[2].verdict)
+    assert.are.equal("lost the lock at /run/cargoship/lock: taken over", S.host_of(rep.phases[2], h2.name).error)
+    assert.are.equal("skipped", rep.phases[3].verdict)
+  end)
+
   it("fails a phase that returns an error object, or an empty failure list", function()
     local rep = S.run(S.ctx(), { S.phase({}, "a", { run = function() return nil, { err = "boom", code = "io" } end }) })
     assert.are.equal("boom", rep.phases[1].error)
