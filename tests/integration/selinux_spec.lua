@@ -51,7 +51,11 @@ setup(function()
     "container_manage_cgroup: true, virt_use_nfs: false")
   distro("broken", '{name: cargoship-lab, cil: "' .. GOOD_CIL .. '"}, {name: broken, cil: "(allow a b"}',
     "container_manage_cgroup: true, virt_use_nfs: false, container_use_devices: true")
-  each("mkdir -p /srv/cargoship-data; : > /var/lib/selinux-standin/log")
+  -- the hosts as booted: no container-selinux, no cargoship policy (an earlier spec may have left them)
+  each("rpm -e container-selinux >/dev/null 2>&1; semodule -r cargoship-lab >/dev/null 2>&1;"
+    .. " semodule -r broken >/dev/null 2>&1; setsebool -P container_manage_cgroup=off virt_use_nfs=off"
+    .. " container_use_devices=off; semanage fcontext -d -f a '/srv/cargoship-data(/.*)?' >/dev/null 2>&1;"
+    .. " rm -rf /var/lib/cargoship/selinux; mkdir -p /srv/cargoship-data; : > /var/lib/selinux-standin/log")
 end)
 
 teardown(function()
@@ -96,7 +100,7 @@ describe("phases 9 and 11 on Enforcing hosts", function()
       for tool in log:gmatch("([%w]+)[^\n]*\n") do
         if tool ~= order[#order] then order[#order + 1] = tool end
       end
-      assert.are.same({ "semodule", "setsebool", "semanage" }, order, log)
+      assert.are.same({ "semodule", "setsebool", "semanage", "restorecon" }, order, log)
       assert.matches("semodule %-X 400 %-i /var/lib/cargoship/selinux/cargoship%-lab%.cil", log)
       local _, state = run.ssh(i, "cat /var/lib/cargoship/selinux/cargoship-state.json; stat -c %a"
         .. " /var/lib/cargoship/selinux /var/lib/cargoship/selinux/cargoship-state.json")
