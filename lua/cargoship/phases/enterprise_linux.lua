@@ -10,6 +10,8 @@
 --      repositories disabled first: an air-gapped host cannot reach them), removed;
 --   2. the host's configured repositories (/etc/yum.repos.d/*.repo): `dnf install`;
 --   3. neither: the host fails in assess with a sentence saying so, before anything changes.
+-- Without a distro package (--distro) the phase has nothing to do: there is no engine to
+-- prepare for and no package rpm, and this build installs no engine without one.
 local action = require "cargoship.action"
 local os_config = require "distros.os_config"
 local selinux = require "cargoship.os.selinux"
@@ -26,6 +28,11 @@ M.PACKAGE = "container-selinux"
 M.STAGE = "/var/lib/cargoship/container-selinux.rpm"
 
 function M.prepare(ctx)
+  -- without a distro package apply prepares for no engine, and has no rpm of its own
+  if not ctx.distro then
+    if ctx.log then ctx.log:verbose("no distro package (--distro): container-selinux is not checked") end
+    return {}
+  end
   local out = {}
   for _, h in ipairs(ctx.hosts) do
     if h.os and h.os.enterprise_linux then out[#out + 1] = h end
