@@ -126,7 +126,8 @@ end
 -- empty and touches the shared-memory index, changing no package's record (a real EL host
 -- has both already); the directories copied up to hold them are left out with them, so
 -- anything else written under /var/lib still shows.
-M.IGNORE = { "cargoship%.lock", "rpmdb%.sqlite%-shm$", "rpmdb%.sqlite%-wal$", "^/var/lib$", "^/var/lib/rpm$" }
+M.IGNORE = { "cargoship%.lock", "rpmdb%.sqlite%-shm$", "rpmdb%.sqlite%-wal$", "^/var$", "^/var/lib$",
+  "^/var/lib/rpm$" }
 function M.uppers(n)
   local s = {}
   for i = 1, n do s[i] = lab.upper_tree(i, M.IGNORE) end
