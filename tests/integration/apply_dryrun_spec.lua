@@ -248,6 +248,8 @@ describe("cargoship apply on " .. N .. " lab hosts", function()
         local found = false
         for _, l in ipairs(lock_lines) do
           local who = l:match("^(.-)%s%s+take the lock")
+          -- every host alike (one lock path on all of them) is said once as "all N hosts"
+          if who == "all " .. #names .. " hosts" then found = true end
           for name in (who or ""):gmatch("[^,%s]+") do if name == n then found = true end end
         end
         assert.is_true(found, n .. " is on no lock line:\n" .. out)
