@@ -17,6 +17,7 @@
 --   with §14.6 fixed: a listed file that is missing is an error).
 -- Architectures: build.architectures (written by create, authoritative), else
 -- build.architecture, else metadata.architectures, else metadata.architecture, else amd64.
+-- os: spec.config.os checked and normalized (distros.os_config).
 local engine = require "distros.engine"
 local util = require "cargoship.util"
 
@@ -303,8 +304,12 @@ function M.read(path)
     or { "amd64" }
   local section = field(d, "spec", "config", "engine")
   local ic = field(d, "spec", "config", "imageConfig") or {}
+  -- spec.config.os: checked here, so a bad section stops apply before any host is touched
+  local os_section, os_err = require("distros.os_config").normalize(field(d, "spec", "config", "os"),
+    yaml_path:match("^(.*)/[^/]*$") or ".")
+  if not os_section then return fail(yaml_path .. ": " .. os_err) end
   return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = yaml_path,
-           engine = type(section) == "table" and section or {},
+           engine = type(section) == "table" and section or {}, os = os_section,
            built = built, dir = dir, temp = temp or false, doc = d,
            aggregate = field(d, "metadata", "aggregateChecksum"),
            files = files, os_files = os_files,

@@ -374,7 +374,10 @@ describe("command modules", function()
 
       it("mentions no option in its prose that it does not accept", function()
         local known = {}
-        for _, opt in ipairs(cmd.options) do known[opt.long] = true end
+        for _, opt in ipairs(cmd.options) do
+          known[opt.long] = true
+          for _, alias in ipairs(opt.aliases or {}) do known[alias] = true end
+        end
         for _, opt in ipairs(cli.GLOBAL_OPTIONS) do known[opt.long] = true end
         for word in cmd.usage:gmatch("%-%-([%w][%w-]*)") do
           assert.is_true(known[word] ~= nil,

@@ -8,7 +8,8 @@
 -- allowed words. `multiple` lets a flag count its repeats (-vv) and a valued option collect
 -- a list; any other option given twice is an error, because on a tool that changes clusters
 -- a silently overridden `--concurrency` is worse than a complaint. `key` defaults to the long
--- name with dashes turned into underscores.
+-- name with dashes turned into underscores. `aliases` lists other long names of the same
+-- option (older spellings kept working); --help shows them after the help text.
 local pad = require("cargoship.lines").pad
 
 local M = {}
@@ -108,6 +109,10 @@ local function index(spec)
     assert(type(opt.long) == "string", "option spec entry without a long name")
     assert(not long[opt.long], "option --" .. opt.long .. " declared twice")
     long[opt.long] = opt
+    for _, alias in ipairs(opt.aliases or {}) do
+      assert(not long[alias], "option --" .. alias .. " declared twice")
+      long[alias] = opt
+    end
     if opt.short then
       assert(#opt.short == 1 and not short[opt.short], "bad or duplicate short option -" .. opt.short)
       short[opt.short] = opt
@@ -118,7 +123,10 @@ end
 
 local function long_names(spec)
   local names = {}
-  for _, opt in ipairs(spec) do names[#names + 1] = opt.long end
+  for _, opt in ipairs(spec) do
+    names[#names + 1] = opt.long
+    for _, alias in ipairs(opt.aliases or {}) do names[#names + 1] = alias end
+  end
   return names
 end
 
@@ -271,6 +279,9 @@ function M.help(spec)
     local right = opt.help or ""
     if opt.multiple then right = right .. (opt.value and " (repeatable)" or "") end
     if opt.default ~= nil then right = right .. " (default: " .. tostring(opt.default) .. ")" end
+    if opt.aliases and #opt.aliases > 0 then
+      right = right .. " (also --" .. table.concat(opt.aliases, ", --") .. ")"
+    end
     rows[#rows + 1] = { left, right }
     width = math.max(width, #left)
   end

@@ -10,7 +10,7 @@ local runner = require "cargoship.pipeline.runner"
 local M = {}
 
 M.name = "apply"
-M.summary = "bring a cluster's hosts to what its cluster file describes (engines not installed by this build)"
+M.summary = "bring a cluster's hosts to what its cluster file describes (engines not started by this build)"
 M.usage = [[
 Usage: cargoship apply [options] CLUSTER
 
@@ -19,11 +19,19 @@ ordered phases of apply (docs/dry-run.md lists them).
 
 IN THIS BUILD: phases 1-7 (connect, detect operating systems, gather host facts, validate
 hosts, gather distro facts, check for nodes no longer in the config, acquire the host
-lock), 14-17 (upload the distro package's files, image tarballs and engine files: RPM,
-APT or binaries), 25 (install the staged engine files: dnf, apt-get without update, or
-binaries moved into place), 30 (release the lock) and 31 (disconnect). Phases 8-13,
-18-24 and 26-29 (preparing hosts, importing images, configuring, starting and upgrading
-engines) are not in this build, and the report says so.
+lock), 8-13 (prepare hosts: /etc/environment, sysctl and kernel modules from the host's
+environment and the --distro package; container-selinux, fapolicyd rules with -f, SELinux
+policy; /etc/hosts with -H; the firewall with -F), 14-17 (upload the distro package's
+files, image tarballs and engine files: RPM, APT or binaries), 25 (install the staged
+engine files: dnf, apt-get without update, or binaries moved into place), 30 (release the
+lock) and 31 (disconnect). Phases 18-24 and 26-29 (importing images, configuring, starting
+and upgrading engines) are not in this build, and the report says so.
+
+-F/--firewall configures the front end the node runs (firewalld, ufw or nftables; one
+installed but stopped is left alone, never started, and the report says why) and refuses
+a .host.firewall.rules set that would close the SSH port apply is connected through.
+-H/--hosts writes one managed block of every node into each /etc/hosts. The Go tool's
+older spellings --update-firewall and --update-hosts are accepted too.
 
 --distro PACKAGE is a package archive (cargoship package create), an unpacked package
 directory, or a bare distro.yaml (engine facts only; nothing to upload). A built package
@@ -63,9 +71,14 @@ M.options = {
   { long = "timeout", value = "DURATION", check = args.checks.duration,
     help = "give up on the plan, and on the run, after DURATION each (30s, 5m, 1h, 1m30s or seconds; "
       .. "default: none)" },
-  { long = "update-firewall", short = "F",
-    help = "configure each node's firewall to trust the cluster and open its ports" },
-  { long = "update-hosts", short = "H", help = "add every node of the cluster to each node's /etc/hosts" },
+  { long = "firewall", short = "F", aliases = { "update-firewall" }, key = "update_firewall",
+    help = "phase 13: configure each node's running firewall (firewalld, ufw or nftables) to trust the "
+      .. "other nodes and the pod/service CIDRs, open .host.ports and apply .host.firewall.rules" },
+  { long = "hosts", short = "H", aliases = { "update-hosts" }, key = "update_hosts",
+    help = "phase 12: write every node of the cluster into one managed block of each node's /etc/hosts "
+      .. "(a flag: unlike exec's --hosts NAMES, it selects no hosts)" },
+  { long = "fapolicyd", short = "f", key = "fapolicyd",
+    help = "phase 10: write the distro package's fapolicyd rules where fapolicyd runs, and reload it" },
   { long = "allow-unmanaged-nodes",
     help = "go on although the cluster holds nodes the cluster file does not list" },
   { long = "values", value = "FILE", check = args.checks.nonempty, multiple = true,
@@ -108,6 +121,7 @@ function M.apply_options(ctx, a)
     timeout = o.timeout,
     update_firewall = o.update_firewall,
     update_hosts = o.update_hosts,
+    fapolicyd = o.fapolicyd,
     allow_unmanaged_nodes = o.allow_unmanaged_nodes,
     values = o.values,
     log_file = ctx.log:file_path(),

@@ -23,7 +23,7 @@
 --   validation      the problems "Validate hosts" found ({host =, message =})
 --   state           a table custom phases share among themselves; built-in phases use the fields
 -- }
--- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg),
+-- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg), ctx:leave(host, why),
 -- ctx:planned(host), ctx:apply(host, actions): see below.
 local host_mod = require "cargoship.host"
 local pool = require "cargoship.pool"
@@ -176,6 +176,15 @@ function Context:host_lost(host, msg)
   if self._lost[host] then return end
   self._lost[host] = msg
   if self._failures then self:fail(host, msg) end
+end
+
+-- ctx:leave(host, why): in assess, says why the phase leaves host alone although it would
+-- otherwise act there (a firewall front end installed but stopped, say). Not a failure and
+-- not work: the host has nothing to do, and the report shows the sentence under it.
+function Context:leave(host, why)
+  self._left = self._left or {}
+  self._left[host] = tostring(why)
+  if host.log then host.log:info("left alone: %s", tostring(why)) end
 end
 
 -- ctx:planned(host) -> the action records the running phase assessed on host ({} for none).

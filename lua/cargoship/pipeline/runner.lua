@@ -173,9 +173,12 @@ end
 -- Assesses hosts concurrently; -> the hosts with work (actions recorded on their entries).
 function Run:assess(phase, entry, hosts)
   local ctx = self.ctx
+  ctx._left = {}
   local ok, a, b = ctx:each(hosts, function(h)
     return normalize_actions(phase.assess(ctx, h))
   end)
+  for h, why in pairs(ctx._left) do self:entry_for(entry, h).left_alone = why end
+  ctx._left = nil
   local values = a
   if not ok then
     values = b

@@ -1,7 +1,7 @@
 -- cargoship.pipelines.apply: the phases of `cargoship apply`, in order (spec/apply-phases.txt).
 --
--- In this build: phases 1-7, the uploads 14-17, 25 (install staged files), 30 and 31.
--- Phases 8-13, 18-24 and 26-29 (preparing hosts, importing images, configuring,
+-- In this build: phases 1-17 (connect to host preparation, then the uploads), 25 (install
+-- staged files), 30 and 31. Phases 18-24 and 26-29 (importing images, configuring,
 -- initializing and upgrading engines, syncing config, kubeconfig, labels) are not written
 -- yet; the report and `apply --help` say so instead of pretending they ran.
 local M = {}
@@ -19,6 +19,12 @@ M.phases = {
   { 5, "cargoship.phases.distro_facts" },
   { 6, "cargoship.phases.removed_nodes" },
   { 7, "cargoship.phases.acquire_lock" },
+  { 8, "cargoship.phases.prepare_hosts" },
+  { 9, "cargoship.phases.enterprise_linux" },
+  { 10, "cargoship.phases.fapolicyd" },
+  { 11, "cargoship.phases.selinux_policy" },
+  { 12, "cargoship.phases.update_hosts" },
+  { 13, "cargoship.phases.update_firewall" },
   { 14, "cargoship.phases.upload_files" },
   { 15, "cargoship.phases.upload_rpm" },
   { 16, "cargoship.phases.upload_apt" },
@@ -32,7 +38,7 @@ M.phases = {
 M.not_in_build = {
   first = 18,
   last = 24,
-  text = "phases 8-13, 18-24 and 26-29 (preparing hosts, importing images, configuring the engine, "
+  text = "phases 18-24 and 26-29 (importing images, configuring the engine, "
     .. "initializing and upgrading engines, syncing config, kubeconfig, labels) are not in this build",
 }
 
