@@ -49,6 +49,9 @@ M.GLOBAL_OPTIONS = {
   { long = "age-identity-file", value = "FILE", check = args.checks.nonempty, multiple = true,
     help = "decrypt age-encrypted cluster-file values with the identities in FILE (AGE-SECRET-KEY-1... "
       .. "lines or an unencrypted OpenSSH ed25519 private key)" },
+  { long = "expand-env",
+    help = "expand ${VAR} in cluster-file values from the environment ($$ is one $); without it the "
+      .. "file is read literally, as the Go tool reads it" },
   { long = "help", short = "h", help = "show help and exit" },
   { long = "version", help = "print the version and exit" },
 }

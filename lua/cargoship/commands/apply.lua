@@ -285,6 +285,8 @@ function M.run(ctx, a)
     end
   end
   ctx.log:verbose("%s is valid", path)
+  local refused = validate.refuse_unconnected(ctx, "apply", cluster)
+  if refused then return refused end
   if apply_options.distro then
     -- the package is read before any host is touched: a bad one must stop the run here
     local pkg, perr = require("distros.package").read(apply_options.distro)

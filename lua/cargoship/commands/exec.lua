@@ -101,6 +101,8 @@ function M.run(ctx, a)
     ctx.stderr:write("cargoship exec: ", serr, "\n")
     return ctx.exit.usage
   end
+  local refused = validate.refuse_unconnected(ctx, "exec", cluster, hosts)
+  if refused then return refused end
   if #hosts == 0 then
     ctx.stderr:write("cargoship exec: no host matches\n")
     return ctx.exit.failure

@@ -50,6 +50,8 @@ function M.port(ctx, map, key, path, opts)
     end
     return nil
   end
+  -- "" is Go's unset string: no port, as if absent
+  if v == "" and not (opts and opts.required) then return nil end
   local from, to, why
   if math.type(v) == "integer" then
     if v >= 1 and v <= 65535 then from, to = v, v else why = "expected a port in 1..65535" end
@@ -69,7 +71,8 @@ end
 
 local function address_or_any(ctx, rule, key, path)
   local s = check.string(ctx, rule, key, path)
-  if s == nil then return "any", nil end
+  -- "" is Go's unset string, which the rule code reads as any
+  if s == nil or s == "" then return "any", nil end
   if s:lower() == "any" then return "any", nil end
   local fam = net.ip_family(s) or net.cidr_family(s)
   if not fam then
@@ -93,33 +96,33 @@ local function decode_rule(ctx, rule, rpath)
     r.name = name
   end
   r.action = check.enum(ctx, rule, "action", rpath, ACTIONS, { required = true, ignore_case = true })
-  r.direction = check.enum(ctx, rule, "direction", rpath, DIRECTIONS) or "in"
+  r.direction = check.enum(ctx, rule, "direction", rpath, DIRECTIONS, { blank_absent = true }) or "in"
   local sfam, dfam
   r.source, sfam = address_or_any(ctx, rule, "source", rpath)
   r.destination, dfam = address_or_any(ctx, rule, "destination", rpath)
   if sfam and dfam and sfam ~= dfam then
     ctx.errs:at_node(rule, rpath, "source and destination are of different IP families")
   end
-  r.ingress = check.string(ctx, rule, "ingress", rpath, { nonempty = true })
-  r.egress = check.string(ctx, rule, "egress", rpath, { nonempty = true })
+  r.ingress = check.string(ctx, rule, "ingress", rpath, { blank_absent = true })
+  r.egress = check.string(ctx, rule, "egress", rpath, { blank_absent = true })
   if r.direction == "forward" then
     for _, k in ipairs({ "ingress", "egress" }) do
-      if not check.present(rule, k) then
+      if not check.given(rule, k) then
         ctx.errs:at_node(rule, rpath, string.format(
           "missing required field %s (forward rules need both ingress and egress)", quote(k)))
       end
     end
   else
     for _, k in ipairs({ "ingress", "egress" }) do
-      if check.present(rule, k) then
+      if check.given(rule, k) then
         ctx.errs:at_key(rule, k, join(rpath, k),
           string.format("%s is only allowed on forward rules (direction: forward)", k))
       end
     end
   end
   r.port, r.port_from, r.port_to = M.port(ctx, rule, "port", rpath)
-  r.protocol = check.enum(ctx, rule, "protocol", rpath, RULE_PROTOCOLS)
-  if check.present(rule, "port") and not check.present(rule, "protocol") then
+  r.protocol = check.enum(ctx, rule, "protocol", rpath, RULE_PROTOCOLS, { blank_absent = true })
+  if check.given(rule, "port") and not check.given(rule, "protocol") then
     ctx.errs:at_node(rule, rpath, "a rule with a port needs a protocol (tcp, udp, sctp or dccp)")
   end
   r.key = M.rule_key(r)

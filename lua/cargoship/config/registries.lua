@@ -71,12 +71,12 @@ local function decode_auth(ctx, reg, rpath)
   check.fields(ctx, a, apath, { "user", "pass", "token" })
   local out = {
     -- an encrypted user is armored over lines: its plain text is checked once decrypted
-    user = check.string(ctx, a, "user", apath, { nonempty = true,
+    user = check.string(ctx, a, "user", apath, { blank_absent = true,
       word = not (type(a.user) == "string" and secrets_kind(a.user)) }),
-    pass = check.string(ctx, a, "pass", apath, { nonempty = true, secret = true }),
-    token = check.string(ctx, a, "token", apath, { nonempty = true, secret = true }),
+    pass = check.string(ctx, a, "pass", apath, { blank_absent = true, secret = true }),
+    token = check.string(ctx, a, "token", apath, { blank_absent = true, secret = true }),
   }
-  local has_user, has_pass = check.present(a, "user"), check.present(a, "pass")
+  local has_user, has_pass = check.given(a, "user"), check.given(a, "pass")
   if has_user ~= has_pass then
     ctx.errs:at_node(a, apath, has_user and "auth.user needs auth.pass" or "auth.pass needs auth.user")
   end
@@ -125,20 +125,20 @@ local function decode_tls(ctx, reg, rpath)
   local tpath = join(rpath, "tls")
   check.fields(ctx, t, tpath, { "ca", "caFile", "certFile", "keyFile", "insecureSkipVerify" })
   local out = {
-    ca = check.string(ctx, t, "ca", tpath, { nonempty = true }),
-    ca_file = check.string(ctx, t, "caFile", tpath, { nonempty = true, word = true }),
-    cert_file = check.string(ctx, t, "certFile", tpath, { nonempty = true, word = true }),
-    key_file = check.string(ctx, t, "keyFile", tpath, { nonempty = true, word = true }),
+    ca = check.string(ctx, t, "ca", tpath, { blank_absent = true }),
+    ca_file = check.string(ctx, t, "caFile", tpath, { blank_absent = true, word = true }),
+    cert_file = check.string(ctx, t, "certFile", tpath, { blank_absent = true, word = true }),
+    key_file = check.string(ctx, t, "keyFile", tpath, { blank_absent = true, word = true }),
     insecure_skip_verify = check.boolean(ctx, t, "insecureSkipVerify", tpath),
   }
-  if check.present(t, "ca") and check.present(t, "caFile") then
+  if check.given(t, "ca") and check.given(t, "caFile") then
     ctx.errs:at_node(t, tpath, "ca and caFile are mutually exclusive")
   end
   if out.ca and not M.is_encrypted(out.ca) then
     local why = M.pem_problem(out.ca)
     if why then ctx.errs:at_value(t, "ca", join(tpath, "ca"), why) end
   end
-  if check.present(t, "certFile") ~= check.present(t, "keyFile") then
+  if check.given(t, "certFile") ~= check.given(t, "keyFile") then
     ctx.errs:at_node(t, tpath, "certFile and keyFile must be given together")
   end
   if next(out) == nil then return nil end
@@ -184,7 +184,7 @@ local function decode_entry(ctx, reg, rpath)
   local has_proxy = check.present(reg, "proxy")
   local a, t = reg.auth, reg.tls
   local has_auth = check.present(reg, "auth") and type(a) == "table"
-    and check.count_present(a, AUTH_FIELDS) > 0
+    and check.count_given(a, AUTH_FIELDS) > 0
   -- An empty tls block configures nothing, so it does not count.
   local has_tls = check.present(reg, "tls") and type(t) == "table" and next(t) ~= nil
   if not (has_proxy or has_auth or has_tls) then

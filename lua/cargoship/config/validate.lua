@@ -37,7 +37,7 @@ local function encryption(ctx, meta, mpath)
     local r = check.string(ctx, rec, i, join(apath, "recipients"), { required = true })
     if r then out.recipients[#out.recipients + 1] = r end
   end
-  local lm = check.string(ctx, age, "lastModified", apath, { nonempty = true })
+  local lm = check.string(ctx, age, "lastModified", apath, { blank_absent = true })
   if lm and not lm:match("^%d%d%d%d%-%d%d%-%d%d[Tt]%d%d:%d%d:%d%d%.?%d*[Zz]$")
          and not lm:match("^%d%d%d%d%-%d%d%-%d%d[Tt]%d%d:%d%d:%d%d%.?%d*[+-]%d%d:%d%d$") then
     ctx.errs:at_value(age, "lastModified", join(apath, "lastModified"),
