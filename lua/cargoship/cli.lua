@@ -14,7 +14,7 @@ local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
 M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault", "package", "create", "verify",
-  "sha256sum", "inventory" }
+  "sha256sum", "inventory", "schema" }
 
 M.EXIT = {
   ok = 0,

@@ -1,6 +1,7 @@
 -- cargoship.config.firewall: the `host` block (ports, firewall rules, legacy policy) of hosts
 -- and profiles, and the rule key that merging and the firewall backends agree on.
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local net = require "cargoship.config.net"
 
@@ -13,6 +14,8 @@ local DIRECTIONS = { "in", "out", "forward" }
 local RULE_PROTOCOLS = { "tcp", "udp", "sctp", "dccp" }
 local PORT_PROTOCOLS = { "tcp", "udp" }
 local TARGETS = { "CONTINUE", "ACCEPT", "REJECT", "DROP" }
+M.ACTIONS, M.DIRECTIONS, M.RULE_PROTOCOLS, M.PORT_PROTOCOLS, M.TARGETS =
+  ACTIONS, DIRECTIONS, RULE_PROTOCOLS, PORT_PROTOCOLS, TARGETS
 
 -- Rule names end up in firewall comments, ufw tags and file names.
 function M.sanitize(name)
@@ -84,8 +87,7 @@ local function address_or_any(ctx, rule, key, path)
 end
 
 local function decode_rule(ctx, rule, rpath)
-  check.fields(ctx, rule, rpath, { "name", "action", "direction", "source", "destination",
-    "ingress", "egress", "port", "protocol" })
+  check.fields(ctx, rule, rpath, FIELDS.rule)
   local r = {}
   local name = check.string(ctx, rule, "name", rpath)
   if name and name ~= "" then
@@ -153,7 +155,7 @@ local function decode_ports(ctx, list, lpath, protocols)
     local ipath = join(lpath, i)
     local p = check.mapping(ctx, list, i, lpath, { required = true })
     if p then
-      check.fields(ctx, p, ipath, { "port", "protocol" })
+      check.fields(ctx, p, ipath, FIELDS.port)
       local text, from, to = M.port(ctx, p, "port", ipath, { required = true })
       local proto = check.enum(ctx, p, "protocol", ipath, protocols, { required = true })
       if text and proto then
@@ -168,7 +170,7 @@ local function zone(ctx, pol, key, ppath)
   local z = check.mapping(ctx, pol, key, ppath, { required = true })
   if not z then return nil end
   local zpath = join(ppath, key)
-  check.fields(ctx, z, zpath, { "name" })
+  check.fields(ctx, z, zpath, FIELDS.zone)
   return check.string(ctx, z, "name", zpath, { required = true })
 end
 
@@ -186,7 +188,7 @@ local function decode_policy(ctx, host, hpath)
     end
     local pol = check.mapping(ctx, policies, name, ppath, { required = true })
     if pol then
-      check.fields(ctx, pol, npath, { "target", "ingress", "egress", "ports" })
+      check.fields(ctx, pol, npath, FIELDS.policy)
       local p = {
         name = name,
         target = check.enum(ctx, pol, "target", npath, TARGETS, { ignore_case = true }) or "CONTINUE",
@@ -208,13 +210,13 @@ function M.host(ctx, parent, key, path)
   local host = check.mapping(ctx, parent, key, path)
   if not host then return out end
   local hpath = join(path, key)
-  check.fields(ctx, host, hpath, { "ports", "firewall", "policy" })
+  check.fields(ctx, host, hpath, FIELDS.hostcfg)
   local ports = check.sequence(ctx, host, "ports", hpath)
   if ports then out.ports = decode_ports(ctx, ports, join(hpath, "ports"), PORT_PROTOCOLS) end
   local fw = check.mapping(ctx, host, "firewall", hpath)
   if fw then
     local fpath = join(hpath, "firewall")
-    check.fields(ctx, fw, fpath, { "rules" })
+    check.fields(ctx, fw, fpath, FIELDS.firewall)
     local rules = check.sequence(ctx, fw, "rules", fpath)
     if rules then
       local rpath, seen = join(fpath, "rules"), {}

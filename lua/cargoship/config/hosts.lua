@@ -1,6 +1,7 @@
 -- cargoship.config.hosts: `spec.hosts` — connections, role, per-host settings, and the rules
 -- that span hosts (a controller exists, no login or node name appears twice).
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local firewall = require "cargoship.config.firewall"
 local kube = require "cargoship.config.kube"
@@ -11,13 +12,8 @@ local M = {}
 
 local quote, join, describe = errors.quote, errors.join, errors.describe
 
-local HOST_FIELDS = { "role", "profile", "hostname", "privateAddress", "privateInterface", "os",
-  "environment", "files", "engine", "host", "ssh", "openSSH", "localhost", "winRM" }
-local SSH_FIELDS = { "address", "user", "port", "keyPath", "options", "bastion" }
-local OPENSSH_FIELDS = { "address", "user", "port", "keyPath", "configPath", "options",
-  "disableMultiplexing" }
-local FILE_FIELDS = { "name", "src", "data", "dst", "dstDir", "perm", "user", "group" }
 local ROLES = { "controller", "worker" }
+M.ROLES = ROLES
 
 local BELONGS_IN_SSH = "it belongs inside the ssh or openSSH block"
 local HOST_HINTS = { address = BELONGS_IN_SSH, user = BELONGS_IN_SSH, port = BELONGS_IN_SSH,
@@ -81,7 +77,7 @@ function M.ssh(ctx, parent, key, path, depth)
   local b = check.mapping(ctx, parent, key, path)
   if not b then return nil end
   local bpath = join(path, key)
-  check.fields(ctx, b, bpath, SSH_FIELDS)
+  check.fields(ctx, b, bpath, FIELDS.ssh)
   local c = {
     kind = "ssh",
     address = address(ctx, b, bpath, true),
@@ -105,7 +101,7 @@ local function openssh(ctx, parent, path)
   local b = check.mapping(ctx, parent, "openSSH", path)
   if not b then return nil end
   local bpath = join(path, "openSSH")
-  check.fields(ctx, b, bpath, OPENSSH_FIELDS)
+  check.fields(ctx, b, bpath, FIELDS.openssh)
   -- user and port stay unset unless written: ssh_config decides them for openSSH.
   return {
     kind = "openssh",
@@ -178,7 +174,7 @@ local function files(ctx, h, hpath)
     local fpath = join(lpath, i)
     local f = check.mapping(ctx, list, i, lpath, { required = true })
     if f then
-      check.fields(ctx, f, fpath, FILE_FIELDS)
+      check.fields(ctx, f, fpath, FIELDS.file)
       local e = {
         name = check.string(ctx, f, "name", fpath, { required = true, word = true }),
         src = check.string(ctx, f, "src", fpath, { blank_absent = true, word = true }),
@@ -229,7 +225,7 @@ local function environment(ctx, h, hpath)
 end
 
 local function decode_host(ctx, h, hpath, profiles)
-  check.fields(ctx, h, hpath, HOST_FIELDS, HOST_HINTS)
+  check.fields(ctx, h, hpath, FIELDS.host, HOST_HINTS)
   -- The Go code knows these role names internally; its schema (and we) refuse them.
   local combined = (h.role == "controller+worker" or h.role == "single")
     and " (combined roles are not supported)" or nil

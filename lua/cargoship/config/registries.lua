@@ -2,6 +2,7 @@
 -- rules the Go tool enforces in code rather than in its schema.
 local yaml = require "cargoship.yaml"
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local net = require "cargoship.config.net"
 local regex = require "cargoship.config.regex"
@@ -68,7 +69,7 @@ local function decode_auth(ctx, reg, rpath)
   local a = check.mapping(ctx, reg, "auth", rpath)
   if not a then return nil end
   local apath = join(rpath, "auth")
-  check.fields(ctx, a, apath, { "user", "pass", "token" })
+  check.fields(ctx, a, apath, FIELDS.auth)
   local out = {
     -- an encrypted user is armored over lines: its plain text is checked once decrypted
     user = check.string(ctx, a, "user", apath, { blank_absent = true,
@@ -88,7 +89,7 @@ local function decode_proxy(ctx, reg, rpath)
   local p = check.mapping(ctx, reg, "proxy", rpath)
   if not p then return nil end
   local ppath = join(rpath, "proxy")
-  check.fields(ctx, p, ppath, { "url", "rewrite" })
+  check.fields(ctx, p, ppath, FIELDS.proxy)
   local out = { rewrite = {} }
   local url = check.string(ctx, p, "url", ppath, { required = true, word = true })
   if url then
@@ -123,7 +124,7 @@ local function decode_tls(ctx, reg, rpath)
   local t = check.mapping(ctx, reg, "tls", rpath)
   if not t then return nil end
   local tpath = join(rpath, "tls")
-  check.fields(ctx, t, tpath, { "ca", "caFile", "certFile", "keyFile", "insecureSkipVerify" })
+  check.fields(ctx, t, tpath, FIELDS.tls)
   local out = {
     ca = check.string(ctx, t, "ca", tpath, { blank_absent = true }),
     ca_file = check.string(ctx, t, "caFile", tpath, { blank_absent = true, word = true }),
@@ -166,7 +167,7 @@ local function same_block(a, b, fields)
 end
 
 local function decode_entry(ctx, reg, rpath)
-  check.fields(ctx, reg, rpath, { "name", "auth", "proxy", "tls" })
+  check.fields(ctx, reg, rpath, FIELDS.registry)
   local out = { source = { file = ctx.file, path = rpath } }
   local name = check.string(ctx, reg, "name", rpath, { required = true, word = true })
   if name then
