@@ -14,6 +14,7 @@ PKGS=(
   kubernetes-client                           # Debian's kubectl: the lab's stand-in engines ship it
   python3 python3-yaml openssl                # Debian's /usr/bin/python3 (stand-ins, mkimage.py); stand-in certs
   age ansible                                 # secrets; the Ansible baseline of the benchmarks
+  python3-jsonschema                          # a real JSON Schema validator for `cargoship schema`
 )
 missing=()
 for p in "${PKGS[@]}"; do

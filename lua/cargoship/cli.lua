@@ -13,7 +13,8 @@ local log = require "cargoship.log"
 local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
-M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault", "package" }
+M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault", "package", "create", "verify",
+  "sha256sum", "inventory", "schema" }
 
 M.EXIT = {
   ok = 0,
@@ -40,6 +41,10 @@ M.GLOBAL_OPTIONS = {
   { long = "verbose", short = "v", multiple = true,
     help = "say more; -vv adds debug detail and tracebacks" },
   { long = "quiet", short = "q", help = "print only errors and results" },
+  { long = "log-level", short = "l", value = "LEVEL", check = { "error", "warn", "info", "verbose", "debug" },
+    help = "console log level (instead of -q/-v; the Go tool's debug|info|warn|error, plus verbose)" },
+  { long = "log-format", short = "L", value = "FORMAT", check = { "text", "json" }, default = "text",
+    help = "console log lines as text, or json: one object per line {time, level, host, msg}" },
   { long = "log-file", value = "PATH", check = args.checks.nonempty,
     help = "write the full debug log to PATH (default: $XDG_CACHE_HOME/cargoship/ for commands that reach hosts)" },
   { long = "no-color", help = "never colour the output (so does NO_COLOR in the environment)" },
@@ -49,6 +54,9 @@ M.GLOBAL_OPTIONS = {
   { long = "age-identity-file", value = "FILE", check = args.checks.nonempty, multiple = true,
     help = "decrypt age-encrypted cluster-file values with the identities in FILE (AGE-SECRET-KEY-1... "
       .. "lines or an unencrypted OpenSSH ed25519 private key)" },
+  { long = "expand-env",
+    help = "expand ${VAR} in cluster-file values from the environment ($$ is one $); without it the "
+      .. "file is read literally, as the Go tool reads it" },
   { long = "help", short = "h", help = "show help and exit" },
   { long = "version", help = "print the version and exit" },
 }
@@ -156,6 +164,7 @@ local function split_options(parsed, spec)
 end
 
 local function console_level(options)
+  if options.log_level then return options.log_level end
   if options.quiet then return "error" end
   if options.verbose >= 2 then return "debug" end
   if options.verbose == 1 then return "verbose" end
@@ -187,6 +196,7 @@ local function open_logger(out, cmd, options)
     color = log.want_color({ isatty = out.isatty.stderr, env = out.env, no_color = options.no_color }),
     stream = out.stderr,
     now = out.now,
+    format = options.log_format,
   }
   if options.log_file then
     o.file = options.log_file
@@ -309,7 +319,7 @@ local function dispatch(argv, out, state)
     return usage_error(out, err, cmd)
   end
   local options = split_options(parsed, M.GLOBAL_OPTIONS)
-  state.debug = options.verbose >= 2
+  state.debug = options.verbose >= 2 or options.log_level == "debug"
   if options.help then
     out.stdout:write(M.command_help(cmd))
     return M.EXIT.ok

@@ -64,6 +64,12 @@ local function emit(self, level, fmt, ...)
   if self.host then
     column = lines.prefix(redact(shared, self.host), shared.width)
   end
+  if console and shared.format == "json" then
+    -- one object per message, for log shippers: a multi-line message stays one record
+    shared.stream:write(require("cargoship.json").encode({ time = timestamp(shared.now), level = level,
+      host = self.host and redact(shared, self.host) or nil, msg = msg }), "\n")
+    console = false
+  end
   for line in (msg .. "\n"):gmatch("(.-)\n") do
     if console then
       local text = paint(shared.color, LEVEL_COLOR[level], (LABEL[level] or "") .. line)
@@ -197,14 +203,16 @@ function M.want_color(o)
   return env("TERM") ~= "dumb"
 end
 
--- log.new{level=, color=, stream=, file=, now=} -> logger | nil, err (the file failed)
+-- log.new{level=, color=, stream=, file=, now=, format = "text"|"json"} -> logger | nil, err
+-- (the file failed). format "json" writes each console message as one JSON object a line.
 function M.new(o)
   o = o or {}
   local level = o.level or "info"
   assert(M.LEVELS[level], "unknown log level " .. tostring(level))
   local shared = {
     level = M.LEVELS[level],
-    color = o.color and true or false,
+    color = o.color and o.format ~= "json" and true or false,
+    format = o.format or "text",
     stream = o.stream or io.stderr,
     now = o.now or os.time,
     secrets = {},

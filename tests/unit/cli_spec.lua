@@ -238,7 +238,7 @@ describe("cli.main", function()
     local code, _, err = run({ "validate" })
     assert.are.equal(2, code)
     assert.matches("missing CLUSTER", err, 1, true)
-    code, _, err = run({ "validate", "a.yaml", "b.yaml" })
+    code, _, err = run({ "unlock", "a.yaml", "b.yaml" })
     assert.are.equal(2, code)
     assert.matches("unexpected argument 'b.yaml'", err, 1, true)
   end)
@@ -376,7 +376,10 @@ describe("command modules", function()
         local known = {}
         for _, opt in ipairs(cmd.options) do
           known[opt.long] = true
-          for _, alias in ipairs(opt.aliases or {}) do known[alias] = true end
+          for _, alias in ipairs(args.alias_list(opt)) do
+            local l = alias:match("^%-%-(.+)$")
+            if l then known[l] = true end
+          end
         end
         for _, opt in ipairs(cli.GLOBAL_OPTIONS) do known[opt.long] = true end
         for word in cmd.usage:gmatch("%-%-([%w][%w-]*)") do

@@ -8,8 +8,10 @@
 -- allowed words. `multiple` lets a flag count its repeats (-vv) and a valued option collect
 -- a list; any other option given twice is an error, because on a tool that changes clusters
 -- a silently overridden `--concurrency` is worse than a complaint. `key` defaults to the long
--- name with dashes turned into underscores. `aliases` lists other long names of the same
--- option (older spellings kept working); --help shows them after the help text.
+-- name with dashes turned into underscores.
+-- `aliases` lists other spellings of the same option ({"--update-firewall", "-F"}): each is
+-- parsed as the option itself and shown in --help. `go_name` is the Go tool's spelling
+-- when ours differs (shown in --help, and accepted too when it is not already an alias).
 local pad = require("cargoship.lines").pad
 
 local M = {}
@@ -109,23 +111,48 @@ local function index(spec)
     assert(type(opt.long) == "string", "option spec entry without a long name")
     assert(not long[opt.long], "option --" .. opt.long .. " declared twice")
     long[opt.long] = opt
-    for _, alias in ipairs(opt.aliases or {}) do
-      assert(not long[alias], "option --" .. alias .. " declared twice")
-      long[alias] = opt
-    end
     if opt.short then
       assert(#opt.short == 1 and not short[opt.short], "bad or duplicate short option -" .. opt.short)
       short[opt.short] = opt
     end
   end
+  -- aliases after every primary name, so an alias can never shadow another option's name
+  for _, opt in ipairs(spec) do
+    for _, alias in ipairs(M.alias_list(opt)) do
+      local l, sh = alias:match("^%-%-(.+)$"), alias:match("^%-(%w)$")
+      assert(l or sh, "bad alias " .. alias .. " of --" .. opt.long)
+      if l then
+        assert(not long[l] or long[l] == opt, "alias " .. alias .. " of --" .. opt.long .. " is taken")
+        long[l] = opt
+      else
+        assert(not short[sh] or short[sh] == opt, "alias " .. alias .. " of --" .. opt.long .. " is taken")
+        short[sh] = opt
+      end
+    end
+  end
   return long, short
+end
+
+-- Every extra spelling of opt: its aliases, and its Go name when that is a different one.
+function M.alias_list(opt)
+  local list = {}
+  for _, a in ipairs(opt.aliases or {}) do list[#list + 1] = a end
+  if opt.go_name and opt.go_name ~= "--" .. opt.long then
+    local known = false
+    for _, a in ipairs(list) do known = known or a == opt.go_name end
+    if not known then list[#list + 1] = opt.go_name end
+  end
+  return list
 end
 
 local function long_names(spec)
   local names = {}
   for _, opt in ipairs(spec) do
     names[#names + 1] = opt.long
-    for _, alias in ipairs(opt.aliases or {}) do names[#names + 1] = alias end
+    for _, a in ipairs(M.alias_list(opt)) do
+      local l = a:match("^%-%-(.+)$")
+      if l then names[#names + 1] = l end
+    end
   end
   return names
 end
@@ -277,11 +304,16 @@ function M.help(spec)
     local left = (opt.short and ("-" .. opt.short .. ", ") or "    ") .. "--" .. opt.long
     if opt.value then left = left .. " " .. opt.value end
     local right = opt.help or ""
+    local extra = {}
+    for _, al in ipairs(opt.aliases or {}) do
+      if al ~= opt.go_name then extra[#extra + 1] = al end
+    end
+    if #extra > 0 then right = right .. " (also " .. table.concat(extra, ", ") .. ")" end
+    if opt.go_name and opt.go_name ~= "--" .. opt.long then
+      right = right .. " (the Go tool's " .. opt.go_name .. ")"
+    end
     if opt.multiple then right = right .. (opt.value and " (repeatable)" or "") end
     if opt.default ~= nil then right = right .. " (default: " .. tostring(opt.default) .. ")" end
-    if opt.aliases and #opt.aliases > 0 then
-      right = right .. " (also --" .. table.concat(opt.aliases, ", --") .. ")"
-    end
     rows[#rows + 1] = { left, right }
     width = math.max(width, #left)
   end

@@ -12,7 +12,8 @@ local M = {}
 M.name = "apply"
 M.summary = "bring a cluster's hosts to what its cluster file describes (engines not started by this build)"
 M.usage = [[
-Usage: cargoship apply [options] CLUSTER
+Usage: cargoship apply [options] CLUSTER [--distro PACKAGE]
+       cargoship apply [options] PACKAGE --config CLUSTER     (the Go tool's form)
 
 Brings every host of the cluster file CLUSTER to the state it describes, through the
 ordered phases of apply (docs/dry-run.md lists them).
@@ -61,20 +62,43 @@ live line per phase on a terminal); the report goes to stdout as text or, with
 
 Every run keeps a full debug log ($XDG_CACHE_HOME/cargoship/, or --log-file PATH).]]
 
+-- -w/--work-concurrency parses as a profile's concurrency does (cluster-yaml.md §3.2).
+function M.check_work_concurrency(v)
+  local c, why = require("cargoship.config.profiles").parse_concurrency(v)
+  if not c then return nil, why end
+  return v
+end
+
 M.options = {
   { long = "dry-run", help = "report what would be done, change nothing; exit 3 when work is pending" },
   { long = "confirm", help = "go ahead without asking (needed when stdin is not a terminal)" },
-  { long = "concurrency", value = "N", check = args.checks.positive_int, default = 30,
+  { long = "concurrency", short = "c", value = "N", check = args.checks.positive_int, default = 30,
     help = "work on at most N hosts at once" },
+  { long = "work-concurrency", short = "w", value = "N|N%", check = M.check_work_concurrency,
+    help = "batch size of hosts whose profile sets no concurrency (N, 0 = all, or N% of the profile's "
+      .. "hosts); IN THIS BUILD checked and recorded only: the batching phases are not built" },
+  { long = "config", value = "CLUSTER", check = args.checks.nonempty,
+    help = "the cluster file, the Go tool's way: cargoship apply PACKAGE --config CLUSTER" },
+  { long = "update-kubeconfig",
+    help = "write the cluster's admin kubeconfig locally; IN THIS BUILD accepted and does nothing "
+      .. "(the kubeconfig phase is not built)" },
+  { long = "kubeconfig", value = "PATH", check = args.checks.nonempty,
+    help = "where --update-kubeconfig writes; IN THIS BUILD accepted and unused" },
+  { long = "label-nodes",
+    help = "label nodes with their profile group; IN THIS BUILD accepted and does nothing "
+      .. "(the labelling phase is not built)" },
+  { long = "tmpdir", value = "DIR", check = args.checks.nonempty,
+    help = "the Go tool's remote staging directory; IN THIS BUILD accepted and unused: uploads are "
+      .. "staged under a temporary name beside each target" },
   { long = "output", value = "FORMAT", check = { "text", "json" }, default = "text",
     help = "report as text for people or json for machines" },
   { long = "timeout", value = "DURATION", check = args.checks.duration,
     help = "give up on the plan, and on the run, after DURATION each (30s, 5m, 1h, 1m30s or seconds; "
       .. "default: none)" },
-  { long = "firewall", short = "F", aliases = { "update-firewall" }, key = "update_firewall",
+  { long = "firewall", short = "F", aliases = { "--update-firewall" }, key = "update_firewall",
     help = "phase 13: configure each node's running firewall (firewalld, ufw or nftables) to trust the "
       .. "other nodes and the pod/service CIDRs, open .host.ports and apply .host.firewall.rules" },
-  { long = "hosts", short = "H", aliases = { "update-hosts" }, key = "update_hosts",
+  { long = "hosts", short = "H", aliases = { "--update-hosts" }, key = "update_hosts",
     help = "phase 12: write every node of the cluster into one managed block of each node's /etc/hosts "
       .. "(a flag: unlike exec's --hosts NAMES, it selects no hosts)" },
   { long = "fapolicyd", short = "f", key = "fapolicyd",
@@ -101,7 +125,7 @@ M.options = {
   { long = "phases", value = "DIR", check = args.checks.nonempty,
     help = "add the custom phases in DIR/*.lua, each placed where it says (docs/phases.md)" },
 }
-M.arguments = { { name = "CLUSTER" } }
+M.arguments = { { name = "CLUSTER|PACKAGE", optional = true } }
 M.keeps_log = true
 
 -- The pipeline apply walks (phase module names, their spec numbers, what is not built).
@@ -110,10 +134,25 @@ M.pipeline = require "cargoship.pipelines.apply"
 
 -- Everything the pipeline runner needs from the command line, in one plain table: the
 -- runner (cargoship.pipeline.runner) takes it as is, so the CLI stays the only parser.
+-- CLUSTER --distro PACKAGE, or the Go tool's PACKAGE --config CLUSTER.
+-- -> cluster_file, distro | nil, message
+function M.operands(a)
+  local o, first = a.options, a.positional[1]
+  if o.config then
+    if o.distro and first then
+      return nil, "give the package once: PACKAGE --config CLUSTER or CLUSTER --distro PACKAGE, not both"
+    end
+    return o.config, o.distro or first
+  end
+  if not first then return nil, "missing CLUSTER (or PACKAGE --config CLUSTER)" end
+  return first, o.distro
+end
+
 function M.apply_options(ctx, a)
   local o = a.options
+  local cluster_file, distro = M.operands(a)
   return {
-    cluster_file = a.positional[1],
+    cluster_file = cluster_file,
     dry_run = o.dry_run,
     confirm = o.confirm,
     concurrency = o.concurrency,
@@ -125,7 +164,12 @@ function M.apply_options(ctx, a)
     allow_unmanaged_nodes = o.allow_unmanaged_nodes,
     values = o.values,
     log_file = ctx.log:file_path(),
-    distro = o.distro,
+    distro = distro,
+    work_concurrency = o.work_concurrency,
+    update_kubeconfig = o.update_kubeconfig,
+    kubeconfig = o.kubeconfig,
+    label_nodes = o.label_nodes,
+    tmpdir = o.tmpdir,
     allow_downgrade = o.allow_downgrade,
     concurrent_uploads = o.concurrent_uploads,
     known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
@@ -278,6 +322,11 @@ local function run_pipeline(ctx, cluster, o)
 end
 
 function M.run(ctx, a)
+  local _, operr = M.operands(a)
+  if operr then
+    ctx.stderr:write("cargoship apply: ", operr, "\nRun 'cargoship apply --help' for usage.\n")
+    return ctx.exit.usage
+  end
   local apply_options = M.apply_options(ctx, a)
   local path = apply_options.cluster_file
   ctx.log:debug("apply options: dry_run=%s confirm=%s concurrency=%d output=%s timeout=%s values=%d",
@@ -299,6 +348,8 @@ function M.run(ctx, a)
     end
   end
   ctx.log:verbose("%s is valid", path)
+  local refused = validate.refuse_unconnected(ctx, "apply", cluster)
+  if refused then return refused end
   if apply_options.distro then
     -- the package is read before any host is touched: a bad one must stop the run here
     local pkg, perr = require("distros.package").read(apply_options.distro)

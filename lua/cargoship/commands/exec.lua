@@ -28,7 +28,8 @@ or the command exited non-zero there.
 Every run keeps a full debug log ($XDG_CACHE_HOME/cargoship/, or --log-file PATH).]]
 M.options = {
   { long = "hosts", value = "NAMES", check = args.checks.nonempty,
-    help = "only these hosts: names, hostnames or addresses, comma separated" },
+    help = "only these hosts: names, hostnames or addresses, comma separated (apply's --hosts, as the "
+      .. "Go tool's, is about /etc/hosts instead)" },
   { long = "role", value = "ROLE", check = { "controller", "worker" }, help = "only hosts of this role" },
   { long = "sudo", help = "run COMMAND as root" },
   { long = "concurrency", value = "N", check = args.checks.positive_int, default = 200,
@@ -101,6 +102,8 @@ function M.run(ctx, a)
     ctx.stderr:write("cargoship exec: ", serr, "\n")
     return ctx.exit.usage
   end
+  local refused = validate.refuse_unconnected(ctx, "exec", cluster, hosts)
+  if refused then return refused end
   if #hosts == 0 then
     ctx.stderr:write("cargoship exec: no host matches\n")
     return ctx.exit.failure

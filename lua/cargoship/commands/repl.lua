@@ -152,6 +152,8 @@ function M.run(ctx, a)
     validate.report_errors(ctx, path, errors)
     return ctx.exit.failure
   end
+  local refused = validate.refuse_unconnected(ctx, "repl", cluster)
+  if refused then return refused end
   -- batch code is compiled against a stand-in environment first: a typo costs no connection
   local batch = batch_code(ctx, o)
   for _, b in ipairs(batch or {}) do

@@ -84,6 +84,8 @@ function M.run(ctx, a)
     validate.report_errors(ctx, path, errors)
     return ctx.exit.failure
   end
+  local refused = validate.refuse_unconnected(ctx, "unlock", cluster)
+  if refused then return refused end
   local run = connect(ctx, cluster, o)
   local failed = 0
   -- true, values | nil, failures, values

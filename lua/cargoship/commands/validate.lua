@@ -6,22 +6,33 @@ local M = {}
 M.name = "validate"
 M.summary = "check a cluster file and summarise the cluster it describes"
 M.usage = [[
-Usage: cargoship validate [options] CLUSTER
+Usage: cargoship validate [options] CLUSTER [CLUSTER...]
 
 Loads the cluster file CLUSTER (kind: ZarfCluster) and checks it completely, touching no
 host. Every mistake is reported, one line each as FILE:LINE:COL: FIELD: problem, followed
 by a count; exit code 1. A valid file gets a short summary (cluster name, hosts by role,
-profiles, registries); exit code 0. Environment variables in the file are expanded as
-apply expands them.
+profiles, registries); exit code 0. Several files may be given: each is reported, and
+the exit code is 1 when any is invalid.
 
-With --output json, stdout carries one object for machines:
-  {"valid": true|false, "errors": [{"file", "line", "col", "path", "message", "text"}...],
+The file is read literally, as the Go tool reads it: "$$", "${" and "${NAME}" are values
+like any other. With --expand-env (a global option), ${NAME} is replaced by the
+environment variable NAME (unset is an error), "$$" by "$"; apply, exec, repl and unlock
+take the same flag and must be given it to see the same values.
+
+Warnings do not fail validation: a host with no ssh, openSSH or localhost block (apply
+and exec refuse it before connecting anywhere) is always reported; a host profile that
+spec.config.profiles does not define (it only names the node-role label, as in the Go
+tool) is reported under --verbose.
+
+With --output json, stdout carries one object for machines (a JSON array of them, in
+order, when several files are given):
+  {"file", "valid": true|false, "errors": [{"file", "line", "col", "path", "message", "text"}...],
    "cluster": {"name", "hosts", "controllers", "workers", "profiles", "registries"} | null}]]
 M.options = {
   { long = "output", value = "FORMAT", check = { "text", "json" }, default = "text",
     help = "text for people, json for machines" },
 }
-M.arguments = { { name = "CLUSTER" } }
+M.arguments = { { name = "CLUSTER" }, { name = "CLUSTER...", optional = true, rest = true } }
 
 -- The loader is written alongside this command; until it is in the build, say so instead
 -- of failing with a Lua error. A loader that exists but fails to load is a bug, and raises.
@@ -42,12 +53,28 @@ end
 function M.load(ctx, path)
   local config = config_module()
   if not config then return nil, nil end
-  local cluster, errors = config.load(path, { env = ctx.env,
+  local cluster, errors = config.load(path, { env = ctx.env, expand_env = (ctx.options or {}).expand_env,
     decrypt = require("cargoship.secrets").load_options(ctx) })
   if not cluster and (type(errors) ~= "table" or #errors == 0) then
     error("config.load returned neither a cluster nor errors for " .. path, 0)
   end
+  -- what the Go tool accepts and we take too is said, not hidden: an undefined profile
+  -- under --verbose, a host without a connection always
+  for _, w in ipairs(cluster and cluster.warnings or {}) do
+    if w.level == "warn" then ctx.log:warn("%s", w.text) else ctx.log:verbose("%s", w.text) end
+  end
   return cluster, errors
+end
+
+-- Commands that connect refuse hosts without a connection block before connecting
+-- anywhere. -> exit code when refused, else nil.
+function M.refuse_unconnected(ctx, name, cluster, hosts)
+  local unconnected = require("cargoship.config").unconnected
+  if not unconnected then return nil end -- a specs' stand-in loader
+  local list, msg = unconnected(cluster, hosts)
+  if not list then return nil end
+  ctx.stderr:write("cargoship ", name, ": ", msg, "\n")
+  return ctx.exit.failure
 end
 
 -- Prints every error and the count line to stderr (shared with apply, which fails the same way).
@@ -104,7 +131,7 @@ end
 local json, array, NULL = json_lib.encode, json_lib.array, json_lib.null
 M.json, M.json_array, M.json_null = json, array, NULL
 
-function M.json_report(cluster, errors)
+function M.json_report(cluster, errors, path)
   local list = array({})
   for _, e in ipairs(errors or {}) do
     list[#list + 1] = { file = e.file, line = e.line, col = e.col, path = e.path, message = e.message,
@@ -115,22 +142,37 @@ function M.json_report(cluster, errors)
     summary = M.summarize(cluster)
     summary.profiles, summary.registries = array(summary.profiles), array(summary.registries)
   end
-  return json({ valid = cluster ~= nil and #list == 0, errors = list, cluster = summary }) .. "\n"
+  return json({ file = path, valid = cluster ~= nil and #list == 0, errors = list, cluster = summary }) .. "\n"
 end
 
-function M.run(ctx, a)
-  local path = a.positional[1]
+local function validate_one(ctx, path, output)
   local cluster, errors = M.load(ctx, path)
-  if not cluster and not errors then return M.not_available(ctx, "validate") end
+  if not cluster and not errors then return nil end
   local valid = cluster ~= nil and #(errors or {}) == 0
-  if a.options.output == "json" then
-    ctx.stdout:write(M.json_report(valid and cluster or nil, errors))
+  if output == "json" then
+    return valid, M.json_report(valid and cluster or nil, errors, path)
   elseif valid then
     print_summary(ctx, path, M.summarize(cluster))
   else
     M.report_errors(ctx, path, errors)
   end
-  return valid and ctx.exit.ok or ctx.exit.failure
+  return valid
+end
+
+function M.run(ctx, a)
+  local all_valid, docs = true, {}
+  for _, path in ipairs(a.positional) do
+    local valid, doc = validate_one(ctx, path, a.options.output)
+    if valid == nil then return M.not_available(ctx, "validate") end
+    all_valid = all_valid and valid
+    docs[#docs + 1] = doc
+  end
+  if a.options.output == "json" then
+    -- one file: the object itself (as before); several: a JSON array of them, in order
+    if #docs == 1 then ctx.stdout:write(docs[1])
+    else ctx.stdout:write("[", (table.concat(docs, ","):gsub("\n", "")), "]\n") end
+  end
+  return all_valid and ctx.exit.ok or ctx.exit.failure
 end
 
 return M

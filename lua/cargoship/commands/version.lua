@@ -4,12 +4,16 @@ local M = {}
 M.name = "version"
 M.summary = "print the versions of cargoship, Lua and libssh2, and where the Lua files are"
 M.usage = [[
-Usage: cargoship version
+Usage: cargoship version [-o json]
        cargoship --version
 
 Prints "cargoship <version>", the Lua version, the libssh2 version it was linked with,
-and where its Lua files were found (the installed share/cargoship, else the source tree).]]
-M.options = {}
+and where its Lua files were found (the installed share/cargoship, else the source tree).
+With -o json (the Go tool's spelling): one object {"version", "lua", "libssh2", "luaFiles"}.]]
+M.options = {
+  { long = "output", short = "o", value = "FORMAT", check = { "text", "json" }, default = "text",
+    help = "text, or json for machines" },
+}
 M.arguments = {}
 
 -- The ssh family is not in every build yet: without it there is no libssh2 version to
@@ -26,13 +30,18 @@ local function libssh2_version()
   return type(v) == "string" and v or nil
 end
 
-function M.run(ctx, _args)
-  ctx.stdout:write("cargoship ", require("cargoship.build").version, "\n")
-  ctx.stdout:write(_VERSION, "\n")
+function M.run(ctx, a)
+  local build = require "cargoship.build"
   local ssh = libssh2_version()
+  if a and a.options and a.options.output == "json" then
+    ctx.stdout:write(require("cargoship.json").encode({ version = build.version, lua = _VERSION,
+      libssh2 = ssh, luaFiles = build.root }), "\n")
+    return ctx.exit.ok
+  end
+  ctx.stdout:write("cargoship ", build.version, "\n")
+  ctx.stdout:write(_VERSION, "\n")
   if ssh then ctx.stdout:write("libssh2 ", ssh, "\n") end
-  local root = require("cargoship.build").root
-  if root then ctx.stdout:write("lua files: ", root, "\n") end
+  if build.root then ctx.stdout:write("lua files: ", build.root, "\n") end
   return ctx.exit.ok
 end
 

@@ -15,6 +15,20 @@ function M.present(map, key)
   return v ~= nil and not yaml.is_null(v)
 end
 
+-- Present and not the empty string: how the Go tool tells a plain-string field is set.
+function M.given(map, key)
+  return M.present(map, key) and map[key] ~= ""
+end
+
+-- Exactly-one/at-most-one counting by M.given.
+function M.count_given(map, keys)
+  local n, found = 0, {}
+  for _, k in ipairs(keys) do
+    if M.given(map, k) then n = n + 1; found[#found + 1] = k end
+  end
+  return n, found
+end
+
 function M.missing(ctx, map, key, path)
   ctx.errs:at_node(map, path, string.format("missing required field %s", quote(key)))
 end
@@ -104,6 +118,9 @@ local function scalar_hint(v)
 end
 
 -- opts.nonempty rejects "" (after trimming nothing: a blank is a blank).
+-- opts.blank_absent takes exactly "" as absent: the Go tool decodes these fields into plain
+-- strings, where "" is the zero value meaning "not set" (registries[].auth.token: "" loads
+-- there); a value of spaces is still refused, being a mistake more often than not.
 -- opts.secret never quotes the value in an error. A NUL is refused in every string but
 -- opts.binary ones (file data); opts.word refuses every control character.
 -- opts.max caps the length in bytes.
@@ -115,7 +132,8 @@ function M.string(ctx, map, key, path, opts)
     wrong(ctx, map, key, path, "a string", v, scalar_hint(v), opts.secret)
     return nil
   end
-  if (opts.nonempty or opts.required) and v:match("^%s*$") then
+  if opts.blank_absent and not opts.required and v == "" then return nil end
+  if (opts.nonempty or opts.required or opts.blank_absent) and v:match("^%s*$") then
     ctx.errs:at_value(map, key, join(path, key), "expected a non-empty string")
     ctx.errs:spoil(map, key)
     return nil
@@ -176,10 +194,12 @@ function M.boolean(ctx, map, key, path, opts)
 end
 
 
--- A string from a fixed set; opts.ignore_case returns the canonical spelling.
+-- A string from a fixed set; opts.ignore_case returns the canonical spelling;
+-- opts.blank_absent takes "" as unset (a Go string field with a default).
 function M.enum(ctx, map, key, path, values, opts)
   local v = raw(ctx, map, key, path, opts, one_of(values))
   if v == nil then return nil end
+  if v == "" and opts and opts.blank_absent and not opts.required then return nil end
   if type(v) ~= "string" then
     wrong(ctx, map, key, path, one_of(values), v)
     return nil

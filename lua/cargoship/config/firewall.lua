@@ -1,6 +1,7 @@
 -- cargoship.config.firewall: the `host` block (ports, firewall rules, legacy policy) of hosts
 -- and profiles, and the rule key that merging and the firewall backends agree on.
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local net = require "cargoship.config.net"
 
@@ -13,6 +14,8 @@ local DIRECTIONS = { "in", "out", "forward" }
 local RULE_PROTOCOLS = { "tcp", "udp", "sctp", "dccp" }
 local PORT_PROTOCOLS = { "tcp", "udp" }
 local TARGETS = { "CONTINUE", "ACCEPT", "REJECT", "DROP" }
+M.ACTIONS, M.DIRECTIONS, M.RULE_PROTOCOLS, M.PORT_PROTOCOLS, M.TARGETS =
+  ACTIONS, DIRECTIONS, RULE_PROTOCOLS, PORT_PROTOCOLS, TARGETS
 
 -- Rule names end up in firewall comments, ufw tags and file names.
 function M.sanitize(name)
@@ -50,6 +53,8 @@ function M.port(ctx, map, key, path, opts)
     end
     return nil
   end
+  -- "" is Go's unset string: no port, as if absent
+  if v == "" and not (opts and opts.required) then return nil end
   local from, to, why
   if math.type(v) == "integer" then
     if v >= 1 and v <= 65535 then from, to = v, v else why = "expected a port in 1..65535" end
@@ -69,7 +74,8 @@ end
 
 local function address_or_any(ctx, rule, key, path)
   local s = check.string(ctx, rule, key, path)
-  if s == nil then return "any", nil end
+  -- "" is Go's unset string, which the rule code reads as any
+  if s == nil or s == "" then return "any", nil end
   if s:lower() == "any" then return "any", nil end
   local fam = net.ip_family(s) or net.cidr_family(s)
   if not fam then
@@ -81,8 +87,7 @@ local function address_or_any(ctx, rule, key, path)
 end
 
 local function decode_rule(ctx, rule, rpath)
-  check.fields(ctx, rule, rpath, { "name", "action", "direction", "source", "destination",
-    "ingress", "egress", "port", "protocol" })
+  check.fields(ctx, rule, rpath, FIELDS.rule)
   local r = {}
   local name = check.string(ctx, rule, "name", rpath)
   if name and name ~= "" then
@@ -93,33 +98,33 @@ local function decode_rule(ctx, rule, rpath)
     r.name = name
   end
   r.action = check.enum(ctx, rule, "action", rpath, ACTIONS, { required = true, ignore_case = true })
-  r.direction = check.enum(ctx, rule, "direction", rpath, DIRECTIONS) or "in"
+  r.direction = check.enum(ctx, rule, "direction", rpath, DIRECTIONS, { blank_absent = true }) or "in"
   local sfam, dfam
   r.source, sfam = address_or_any(ctx, rule, "source", rpath)
   r.destination, dfam = address_or_any(ctx, rule, "destination", rpath)
   if sfam and dfam and sfam ~= dfam then
     ctx.errs:at_node(rule, rpath, "source and destination are of different IP families")
   end
-  r.ingress = check.string(ctx, rule, "ingress", rpath, { nonempty = true })
-  r.egress = check.string(ctx, rule, "egress", rpath, { nonempty = true })
+  r.ingress = check.string(ctx, rule, "ingress", rpath, { blank_absent = true })
+  r.egress = check.string(ctx, rule, "egress", rpath, { blank_absent = true })
   if r.direction == "forward" then
     for _, k in ipairs({ "ingress", "egress" }) do
-      if not check.present(rule, k) then
+      if not check.given(rule, k) then
         ctx.errs:at_node(rule, rpath, string.format(
           "missing required field %s (forward rules need both ingress and egress)", quote(k)))
       end
     end
   else
     for _, k in ipairs({ "ingress", "egress" }) do
-      if check.present(rule, k) then
+      if check.given(rule, k) then
         ctx.errs:at_key(rule, k, join(rpath, k),
           string.format("%s is only allowed on forward rules (direction: forward)", k))
       end
     end
   end
   r.port, r.port_from, r.port_to = M.port(ctx, rule, "port", rpath)
-  r.protocol = check.enum(ctx, rule, "protocol", rpath, RULE_PROTOCOLS)
-  if check.present(rule, "port") and not check.present(rule, "protocol") then
+  r.protocol = check.enum(ctx, rule, "protocol", rpath, RULE_PROTOCOLS, { blank_absent = true })
+  if check.given(rule, "port") and not check.given(rule, "protocol") then
     ctx.errs:at_node(rule, rpath, "a rule with a port needs a protocol (tcp, udp, sctp or dccp)")
   end
   r.key = M.rule_key(r)
@@ -150,7 +155,7 @@ local function decode_ports(ctx, list, lpath, protocols)
     local ipath = join(lpath, i)
     local p = check.mapping(ctx, list, i, lpath, { required = true })
     if p then
-      check.fields(ctx, p, ipath, { "port", "protocol" })
+      check.fields(ctx, p, ipath, FIELDS.port)
       local text, from, to = M.port(ctx, p, "port", ipath, { required = true })
       local proto = check.enum(ctx, p, "protocol", ipath, protocols, { required = true })
       if text and proto then
@@ -165,7 +170,7 @@ local function zone(ctx, pol, key, ppath)
   local z = check.mapping(ctx, pol, key, ppath, { required = true })
   if not z then return nil end
   local zpath = join(ppath, key)
-  check.fields(ctx, z, zpath, { "name" })
+  check.fields(ctx, z, zpath, FIELDS.zone)
   return check.string(ctx, z, "name", zpath, { required = true })
 end
 
@@ -183,7 +188,7 @@ local function decode_policy(ctx, host, hpath)
     end
     local pol = check.mapping(ctx, policies, name, ppath, { required = true })
     if pol then
-      check.fields(ctx, pol, npath, { "target", "ingress", "egress", "ports" })
+      check.fields(ctx, pol, npath, FIELDS.policy)
       local p = {
         name = name,
         target = check.enum(ctx, pol, "target", npath, TARGETS, { ignore_case = true }) or "CONTINUE",
@@ -205,13 +210,13 @@ function M.host(ctx, parent, key, path)
   local host = check.mapping(ctx, parent, key, path)
   if not host then return out end
   local hpath = join(path, key)
-  check.fields(ctx, host, hpath, { "ports", "firewall", "policy" })
+  check.fields(ctx, host, hpath, FIELDS.hostcfg)
   local ports = check.sequence(ctx, host, "ports", hpath)
   if ports then out.ports = decode_ports(ctx, ports, join(hpath, "ports"), PORT_PROTOCOLS) end
   local fw = check.mapping(ctx, host, "firewall", hpath)
   if fw then
     local fpath = join(hpath, "firewall")
-    check.fields(ctx, fw, fpath, { "rules" })
+    check.fields(ctx, fw, fpath, FIELDS.firewall)
     local rules = check.sequence(ctx, fw, "rules", fpath)
     if rules then
       local rpath, seen = join(fpath, "rules"), {}

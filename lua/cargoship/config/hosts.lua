@@ -1,6 +1,7 @@
 -- cargoship.config.hosts: `spec.hosts` — connections, role, per-host settings, and the rules
 -- that span hosts (a controller exists, no login or node name appears twice).
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local firewall = require "cargoship.config.firewall"
 local kube = require "cargoship.config.kube"
@@ -11,13 +12,8 @@ local M = {}
 
 local quote, join, describe = errors.quote, errors.join, errors.describe
 
-local HOST_FIELDS = { "role", "profile", "hostname", "privateAddress", "privateInterface", "os",
-  "environment", "files", "engine", "host", "ssh", "openSSH", "localhost", "winRM" }
-local SSH_FIELDS = { "address", "user", "port", "keyPath", "options", "bastion" }
-local OPENSSH_FIELDS = { "address", "user", "port", "keyPath", "configPath", "options",
-  "disableMultiplexing" }
-local FILE_FIELDS = { "name", "src", "data", "dst", "dstDir", "perm", "user", "group" }
 local ROLES = { "controller", "worker" }
+M.ROLES = ROLES
 
 local BELONGS_IN_SSH = "it belongs inside the ssh or openSSH block"
 local HOST_HINTS = { address = BELONGS_IN_SSH, user = BELONGS_IN_SSH, port = BELONGS_IN_SSH,
@@ -81,13 +77,13 @@ function M.ssh(ctx, parent, key, path, depth)
   local b = check.mapping(ctx, parent, key, path)
   if not b then return nil end
   local bpath = join(path, key)
-  check.fields(ctx, b, bpath, SSH_FIELDS)
+  check.fields(ctx, b, bpath, FIELDS.ssh)
   local c = {
     kind = "ssh",
     address = address(ctx, b, bpath, true),
-    user = check.string(ctx, b, "user", bpath, { nonempty = true, word = true }) or "root",
+    user = check.string(ctx, b, "user", bpath, { blank_absent = true, word = true }) or "root",
     port = check.integer(ctx, b, "port", bpath, { min = 1, max = 65535 }) or 22,
-    key_path = check.string(ctx, b, "keyPath", bpath, { nonempty = true, word = true }),
+    key_path = check.string(ctx, b, "keyPath", bpath, { blank_absent = true, word = true }),
     options = options(ctx, b, bpath),
   }
   if check.present(b, "bastion") then
@@ -105,15 +101,15 @@ local function openssh(ctx, parent, path)
   local b = check.mapping(ctx, parent, "openSSH", path)
   if not b then return nil end
   local bpath = join(path, "openSSH")
-  check.fields(ctx, b, bpath, OPENSSH_FIELDS)
+  check.fields(ctx, b, bpath, FIELDS.openssh)
   -- user and port stay unset unless written: ssh_config decides them for openSSH.
   return {
     kind = "openssh",
     address = address(ctx, b, bpath, false),
-    user = check.string(ctx, b, "user", bpath, { nonempty = true, word = true }),
+    user = check.string(ctx, b, "user", bpath, { blank_absent = true, word = true }),
     port = check.integer(ctx, b, "port", bpath, { min = 1, max = 65535 }),
-    key_path = check.string(ctx, b, "keyPath", bpath, { nonempty = true, word = true }),
-    config_path = check.string(ctx, b, "configPath", bpath, { nonempty = true, word = true }),
+    key_path = check.string(ctx, b, "keyPath", bpath, { blank_absent = true, word = true }),
+    config_path = check.string(ctx, b, "configPath", bpath, { blank_absent = true, word = true }),
     options = options(ctx, b, bpath),
     disable_multiplexing = check.boolean(ctx, b, "disableMultiplexing", bpath) or false,
   }
@@ -131,8 +127,11 @@ local function connection(ctx, h, hpath)
     ctx.errs:at_node(h, hpath, string.format("expected exactly one of ssh, openSSH, localhost; got %s",
       check.quoted_list(found)))
   elseif n == 0 then
+    -- The Go tool's validate passes such a host and only connecting fails; apply and exec
+    -- refuse it before connecting anywhere (cargoship.config.unreachable).
     if h.winRM == nil and not ctx.errs:is_spoiled(h, "localhost") then
-      ctx.errs:at_node(h, hpath, "missing connection: expected one of ssh, openSSH or localhost: true")
+      ctx.warns:at_node(h, hpath, "no connection (ssh, openSSH or localhost: true): apply and exec "
+        .. "refuse this host").level = "warn"
     end
     return nil
   end
@@ -158,7 +157,7 @@ local function perm(ctx, f, fpath)
 end
 
 local function abs_path(ctx, f, key, fpath)
-  local p = check.string(ctx, f, key, fpath, { nonempty = true, word = true })
+  local p = check.string(ctx, f, key, fpath, { blank_absent = true, word = true })
   if p and p:sub(1, 1) ~= "/" then
     ctx.errs:at_value(f, key, join(fpath, key), "expected an absolute path, got " .. describe(p))
     return nil
@@ -175,19 +174,21 @@ local function files(ctx, h, hpath)
     local fpath = join(lpath, i)
     local f = check.mapping(ctx, list, i, lpath, { required = true })
     if f then
-      check.fields(ctx, f, fpath, FILE_FIELDS)
+      check.fields(ctx, f, fpath, FIELDS.file)
       local e = {
         name = check.string(ctx, f, "name", fpath, { required = true, word = true }),
-        src = check.string(ctx, f, "src", fpath, { nonempty = true, word = true }),
+        src = check.string(ctx, f, "src", fpath, { blank_absent = true, word = true }),
         data = check.string(ctx, f, "data", fpath, { binary = true, secret = true }),
         dst = abs_path(ctx, f, "dst", fpath),
         dst_dir = abs_path(ctx, f, "dstDir", fpath),
-        user = check.string(ctx, f, "user", fpath, { nonempty = true, word = true }),
-        group = check.string(ctx, f, "group", fpath, { nonempty = true, word = true }),
+        user = check.string(ctx, f, "user", fpath, { blank_absent = true, word = true }),
+        group = check.string(ctx, f, "group", fpath, { blank_absent = true, word = true }),
       }
       e.perm, e.mode = perm(ctx, f, fpath)
+      -- "" in src, dst or dstDir is Go's unset string; data "" is an empty file
       for _, pair in ipairs({ { "src", "data" }, { "dst", "dstDir" } }) do
-        local n = check.count_present(f, pair)
+        local n = check.count_given(f, pair)
+        if pair[2] == "data" and f.data == "" then n = n + 1 end
         if n ~= 1 then
           ctx.errs:at_node(f, fpath, string.format("expected exactly one of %s, got %s",
             check.quoted_list(pair), n == 0 and "neither" or "both"))
@@ -224,7 +225,7 @@ local function environment(ctx, h, hpath)
 end
 
 local function decode_host(ctx, h, hpath, profiles)
-  check.fields(ctx, h, hpath, HOST_FIELDS, HOST_HINTS)
+  check.fields(ctx, h, hpath, FIELDS.host, HOST_HINTS)
   -- The Go code knows these role names internally; its schema (and we) refuse them.
   local combined = (h.role == "controller+worker" or h.role == "single")
     and " (combined roles are not supported)" or nil
@@ -236,34 +237,35 @@ local function decode_host(ctx, h, hpath, profiles)
     engine = kube.engine(ctx, h, "engine", hpath),
     host = firewall.host(ctx, h, "host", hpath),
   }
-  local profile = check.string(ctx, h, "profile", hpath, { nonempty = true, word = true })
+  local profile = check.string(ctx, h, "profile", hpath, { blank_absent = true, word = true })
   if profile and not profiles[profile] then
+    -- The Go tool accepts it: the name still becomes the node-role label, nothing is merged.
     local names = {}
     for n in pairs(profiles) do names[#names + 1] = n end
     table.sort(names)
     local msg = #names == 0
-      and string.format("unknown profile %s: spec.config.profiles defines none", quote(profile))
-      or string.format("unknown profile %s (defined: %s)%s", quote(profile), check.quoted_list(names),
-        errors.did_you_mean(profile, names))
-    ctx.errs:at_value(h, "profile", join(hpath, "profile"), msg)
-    profile = nil
+      and string.format("profile %s is not defined (spec.config.profiles defines none): it only names "
+        .. "the node-role label; nothing is merged", quote(profile))
+      or string.format("profile %s is not defined (defined: %s)%s: it only names the node-role label; "
+        .. "nothing is merged", quote(profile), check.quoted_list(names), errors.did_you_mean(profile, names))
+    ctx.warns:at_value(h, "profile", join(hpath, "profile"), msg).level = "verbose"
   end
   host.profile = profile
-  local hostname = check.string(ctx, h, "hostname", hpath, { nonempty = true })
+  local hostname = check.string(ctx, h, "hostname", hpath, { blank_absent = true })
   if hostname and not net.is_node_name(hostname) then
     ctx.errs:at_value(h, "hostname", join(hpath, "hostname"),
       "expected a lower-case DNS name (it becomes the node name), got " .. describe(hostname))
     hostname = nil
   end
   host.hostname = hostname
-  local pa = check.string(ctx, h, "privateAddress", hpath, { nonempty = true })
+  local pa = check.string(ctx, h, "privateAddress", hpath, { blank_absent = true })
   if pa and not net.ip_family(pa) then
     ctx.errs:at_value(h, "privateAddress", join(hpath, "privateAddress"),
       "expected an IPv4 or IPv6 address, got " .. describe(pa))
     pa = nil
   end
   host.private_address = pa
-  local pi = check.string(ctx, h, "privateInterface", hpath, { nonempty = true })
+  local pi = check.string(ctx, h, "privateInterface", hpath, { blank_absent = true })
   if pi and (#pi > 15 or pi:find("[%s%c/:]")) then
     ctx.errs:at_value(h, "privateInterface", join(hpath, "privateInterface"),
       "expected a network interface name (at most 15 characters, no spaces, '/' or ':'), got "
@@ -272,7 +274,7 @@ local function decode_host(ctx, h, hpath, profiles)
   end
   host.private_interface = pi
   -- cargoship's own addition: names the OS configurer when /etc/os-release is unknown or wrong
-  local os_id = check.string(ctx, h, "os", hpath, { nonempty = true })
+  local os_id = check.string(ctx, h, "os", hpath, { blank_absent = true })
   if os_id and not os_id:match("^[a-z][a-z0-9._-]*$") then
     ctx.errs:at_value(h, "os", join(hpath, "os"),
       "expected an OS configurer or os-release ID such as \"rocky\" or \"ubuntu\", got " .. describe(os_id))

@@ -1,8 +1,11 @@
--- cargoship.config: loads a cluster file (kind: ZarfCluster), expands ${VAR}, validates it
+-- cargoship.config: loads a cluster file (kind: ZarfCluster), expands ${VAR} when asked, validates it
 -- whole and returns a normalized table; or every mistake, each with file:line:col and path.
 --
 -- Normalized cluster (all names snake_case; lists are 1-based Lua lists in file order):
---   cluster.file, cluster.raw (the parsed document, ${VAR} already expanded),
+--   cluster.file, cluster.raw (the parsed document, ${VAR} expanded under expand_env),
+--   cluster.warnings = {{file, line, col, path, message, text, level = "warn"|"verbose"}}
+--       (what the Go tool accepts and we take too: an undefined profile, a host without
+--       a connection; see M.unconnected),
 --   cluster.api_version, cluster.name,
 --   cluster.encryption = nil | {recipients = {..}, last_modified = "RFC 3339" | nil}
 --   cluster.loadbalancer
@@ -21,8 +24,8 @@
 --       environment = {KEY = "value"}, files = {{name, src, data, dst, dst_dir, perm = "0644",
 --       mode = 420, user, group}},
 --       engine = <engine>, host = <hostcfg>,
---       connection = {kind = "ssh"|"openssh"|"localhost", address, port, user, key_path,
---           options = {k = "v"}, bastion = nil | <ssh connection>, config_path,
+--       connection = nil (no block: M.unconnected) | {kind = "ssh"|"openssh"|"localhost",
+--           address, port, user, key_path, options = {k = "v"}, bastion = nil | <ssh connection>, config_path,
 --           disable_multiplexing},
 --       source = {file, line, col, path = "spec.hosts[0]"}}
 --   cluster.phases[i] = {file (as written), path (relative to the cluster file's directory),
@@ -42,9 +45,9 @@
 -- Errors are {file, line, col, path, message, text}, sorted by line and column; path is
 -- JSON-path style with 0-based indices ("spec.hosts[2].ssh.address").
 --
--- Where we are stricter than the Go tool, on purpose: unknown fields anywhere; an unknown
--- host profile (Go ignores it); two hosts with one login (address+port+user, or two
--- localhost entries), one hostname or one privateAddress; label/taint/profile-name syntax
+-- Where we are stricter than the Go tool, on purpose: unknown fields anywhere; two hosts
+-- with one login (address+port+user, or two localhost entries), one hostname or one
+-- privateAddress; label/taint/profile-name syntax
 -- Kubernetes would refuse at registration; string fields refuse numbers and booleans
 -- (YAML already lost their spelling: 0644 is 420), except map-of-string values (labels,
 -- environment, ssh options), where integers and booleans are taken as their text; file
@@ -57,9 +60,12 @@
 -- values) nor a URL's user-info; a quoted value is cut to 60 bytes, on a character
 -- boundary, followed by its length. Every error has a line and column: one with no node of
 -- its own (a bare-scalar document) is placed at its document's start.
--- Where we are looser: booleans accept YAML 1.1 yes/no/on/off as Go's yaml.v3 does, and a
--- value that came from ${VAR} is re-read as an integer/boolean where one is expected (Go
--- expands before parsing).
+-- Like the Go tool: "" in a plain-string field is unset (check.blank_absent); an undefined
+-- host profile only names the node-role label (a verbose warning); a host without a
+-- connection block loads with a warning and apply/exec refuse it.
+-- Where we are looser: booleans accept YAML 1.1 yes/no/on/off as Go's yaml.v3 does, and
+-- under expand_env a value that came from ${VAR} is re-read as an integer/boolean where one
+-- is expected (an expanding tool would have expanded before parsing).
 local yaml = require "cargoship.yaml"
 local errors = require "cargoship.config.errors"
 local expand = require "cargoship.config.expand"
@@ -124,12 +130,15 @@ local function from_docs(docs, name, opts)
   local doc, index = pick_document(docs, name)
   if not doc then return nil, index end
   local env = (opts and opts.env) or os.getenv
-  local ctx = { file = name, errs = errors.collector(name) }
+  local ctx = { file = name, errs = errors.collector(name), warns = errors.collector(name) }
   local line, col = yaml.where(docs, index)
   ctx.errs:set_fallback(line or 1, col or 1)
-  ctx.expanded = expand.tree(doc, env, ctx.errs)
+  ctx.warns:set_fallback(line or 1, col or 1)
+  -- The Go tool reads its files literally: "$" changes nothing unless the operator asks.
+  if opts and opts.expand_env then ctx.expanded = expand.tree(doc, env, ctx.errs) end
   local cluster = validate.document(ctx, doc)
   if #ctx.errs.list > 0 then return nil, ctx.errs:sorted() end
+  cluster.warnings = ctx.warns:sorted()
   -- Decrypting is its own step, on a valid file only (cargoship.secrets); opts.decrypt
   -- carries the key options (secrets.load_options), else the environment alone is tried.
   require("cargoship.secrets").decrypt_cluster(ctx, cluster, opts and opts.decrypt)
@@ -137,7 +146,8 @@ local function from_docs(docs, name, opts)
   return cluster
 end
 
--- Loads `path`. opts.env(name) -> value|nil supplies ${VAR} (default os.getenv);
+-- Loads `path`. Values are taken literally unless opts.expand_env (--expand-env): then
+-- opts.env(name) -> value|nil supplies ${VAR} (default os.getenv);
 -- opts.decrypt = cargoship.secrets.load_options(ctx) says how encrypted values are read.
 -- Returns the cluster, or nil and a list of errors.
 -- The largest cluster file read: far beyond any real one (the full example is 6 KB), small
@@ -183,6 +193,21 @@ function M.load_string(text, name, opts)
   local docs, msg = yaml.load(text, name)
   if not docs then return nil, load_error(name, msg) end
   return from_docs(docs, name, opts)
+end
+
+-- The hosts that have no connection block (apply and exec refuse them before connecting
+-- anywhere), and a message naming them, or nil.
+function M.unconnected(cluster, hosts)
+  local names, list = {}, {}
+  for _, h in ipairs(hosts or cluster.hosts or {}) do
+    if not h.connection then
+      list[#list + 1] = h
+      names[#names + 1] = string.format("%s (%s)", h.name, h.source and h.source.path or "?")
+    end
+  end
+  if #list == 0 then return nil end
+  return list, string.format("%s: no connection block (ssh, openSSH or localhost: true) for %s; "
+    .. "nothing was done", cluster.file or "cluster", table.concat(names, ", "))
 end
 
 -- Hosts by name, address or hostname (sel.hosts: "a,b" or a list) and/or sel.role.

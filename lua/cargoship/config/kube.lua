@@ -2,6 +2,7 @@
 -- Their syntax is checked here because the engine only reads them at node registration:
 -- a bad label found then leaves a node half-joined.
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local net = require "cargoship.config.net"
 
@@ -10,6 +11,7 @@ local M = {}
 local quote, join = errors.quote, errors.join
 
 local EFFECTS = { "NoSchedule", "PreferNoSchedule", "NoExecute" }
+M.EFFECTS = EFFECTS
 
 -- Kubernetes "qualified name" part and label value: alphanumerics with - _ . inside.
 local function is_name(s)
@@ -60,7 +62,7 @@ function M.engine(ctx, parent, key, path)
   local e = check.mapping(ctx, parent, key, path)
   if not e then return out end
   local epath = join(path, key)
-  check.fields(ctx, e, epath, { "labels", "taints" })
+  check.fields(ctx, e, epath, FIELDS.engine)
   local labels = check.string_map(ctx, e, "labels", epath, function(k, v, m, vpath)
     local why = M.label_key_problem(k)
     if why then

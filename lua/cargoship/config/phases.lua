@@ -4,6 +4,7 @@
 -- read and the phase id it names is not looked up; cargoship.pipeline.custom does both
 -- when a pipeline is assembled, naming the entry by the file:line:col kept in `source`.
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local yaml = require "cargoship.yaml"
 
@@ -12,7 +13,6 @@ local M = {}
 local join = errors.join
 
 M.PLACEMENTS = { "before", "after", "replace" }
-local FIELDS = { "file", "before", "after", "replace" }
 
 -- Relative files are the cluster file's neighbours, wherever cargoship was started.
 function M.resolve(cluster_file, file)
@@ -32,7 +32,7 @@ local function entry(ctx, list, i, lpath)
   local ppath = join(lpath, i)
   local p = check.mapping(ctx, list, i, lpath, { required = true })
   if not p then return nil end
-  check.fields(ctx, p, ppath, FIELDS)
+  check.fields(ctx, p, ppath, FIELDS.phase)
   local file = check.string(ctx, p, "file", ppath, { required = true, word = true })
   local n, found = check.count_present(p, M.PLACEMENTS)
   if n == 0 then

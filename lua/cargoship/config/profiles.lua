@@ -1,6 +1,7 @@
 -- cargoship.config.profiles: `spec.config.profiles`, batch-size (concurrency) rules, and the
 -- merge of a profile into a host (cluster-yaml.md §3.2).
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local firewall = require "cargoship.config.firewall"
 local kube = require "cargoship.config.kube"
@@ -82,7 +83,7 @@ function M.decode(ctx, cfg, path)
       check.wrong(ctx, profiles, name, ppath, "a mapping", body)
       body = {}
     end
-    check.fields(ctx, body, npath, { "concurrency", "engine", "host" })
+    check.fields(ctx, body, npath, FIELDS.profile)
     if check.present(body, "concurrency") and not ctx.errs:is_spoiled(body, "concurrency") then
       local raw = body.concurrency
       local e = ctx.expanded and ctx.expanded[body]

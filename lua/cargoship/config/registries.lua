@@ -2,6 +2,7 @@
 -- rules the Go tool enforces in code rather than in its schema.
 local yaml = require "cargoship.yaml"
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local net = require "cargoship.config.net"
 local regex = require "cargoship.config.regex"
@@ -68,15 +69,15 @@ local function decode_auth(ctx, reg, rpath)
   local a = check.mapping(ctx, reg, "auth", rpath)
   if not a then return nil end
   local apath = join(rpath, "auth")
-  check.fields(ctx, a, apath, { "user", "pass", "token" })
+  check.fields(ctx, a, apath, FIELDS.auth)
   local out = {
     -- an encrypted user is armored over lines: its plain text is checked once decrypted
-    user = check.string(ctx, a, "user", apath, { nonempty = true,
+    user = check.string(ctx, a, "user", apath, { blank_absent = true,
       word = not (type(a.user) == "string" and secrets_kind(a.user)) }),
-    pass = check.string(ctx, a, "pass", apath, { nonempty = true, secret = true }),
-    token = check.string(ctx, a, "token", apath, { nonempty = true, secret = true }),
+    pass = check.string(ctx, a, "pass", apath, { blank_absent = true, secret = true }),
+    token = check.string(ctx, a, "token", apath, { blank_absent = true, secret = true }),
   }
-  local has_user, has_pass = check.present(a, "user"), check.present(a, "pass")
+  local has_user, has_pass = check.given(a, "user"), check.given(a, "pass")
   if has_user ~= has_pass then
     ctx.errs:at_node(a, apath, has_user and "auth.user needs auth.pass" or "auth.pass needs auth.user")
   end
@@ -88,7 +89,7 @@ local function decode_proxy(ctx, reg, rpath)
   local p = check.mapping(ctx, reg, "proxy", rpath)
   if not p then return nil end
   local ppath = join(rpath, "proxy")
-  check.fields(ctx, p, ppath, { "url", "rewrite" })
+  check.fields(ctx, p, ppath, FIELDS.proxy)
   local out = { rewrite = {} }
   local url = check.string(ctx, p, "url", ppath, { required = true, word = true })
   if url then
@@ -123,22 +124,22 @@ local function decode_tls(ctx, reg, rpath)
   local t = check.mapping(ctx, reg, "tls", rpath)
   if not t then return nil end
   local tpath = join(rpath, "tls")
-  check.fields(ctx, t, tpath, { "ca", "caFile", "certFile", "keyFile", "insecureSkipVerify" })
+  check.fields(ctx, t, tpath, FIELDS.tls)
   local out = {
-    ca = check.string(ctx, t, "ca", tpath, { nonempty = true }),
-    ca_file = check.string(ctx, t, "caFile", tpath, { nonempty = true, word = true }),
-    cert_file = check.string(ctx, t, "certFile", tpath, { nonempty = true, word = true }),
-    key_file = check.string(ctx, t, "keyFile", tpath, { nonempty = true, word = true }),
+    ca = check.string(ctx, t, "ca", tpath, { blank_absent = true }),
+    ca_file = check.string(ctx, t, "caFile", tpath, { blank_absent = true, word = true }),
+    cert_file = check.string(ctx, t, "certFile", tpath, { blank_absent = true, word = true }),
+    key_file = check.string(ctx, t, "keyFile", tpath, { blank_absent = true, word = true }),
     insecure_skip_verify = check.boolean(ctx, t, "insecureSkipVerify", tpath),
   }
-  if check.present(t, "ca") and check.present(t, "caFile") then
+  if check.given(t, "ca") and check.given(t, "caFile") then
     ctx.errs:at_node(t, tpath, "ca and caFile are mutually exclusive")
   end
   if out.ca and not M.is_encrypted(out.ca) then
     local why = M.pem_problem(out.ca)
     if why then ctx.errs:at_value(t, "ca", join(tpath, "ca"), why) end
   end
-  if check.present(t, "certFile") ~= check.present(t, "keyFile") then
+  if check.given(t, "certFile") ~= check.given(t, "keyFile") then
     ctx.errs:at_node(t, tpath, "certFile and keyFile must be given together")
   end
   if next(out) == nil then return nil end
@@ -166,7 +167,7 @@ local function same_block(a, b, fields)
 end
 
 local function decode_entry(ctx, reg, rpath)
-  check.fields(ctx, reg, rpath, { "name", "auth", "proxy", "tls" })
+  check.fields(ctx, reg, rpath, FIELDS.registry)
   local out = { source = { file = ctx.file, path = rpath } }
   local name = check.string(ctx, reg, "name", rpath, { required = true, word = true })
   if name then
@@ -184,7 +185,7 @@ local function decode_entry(ctx, reg, rpath)
   local has_proxy = check.present(reg, "proxy")
   local a, t = reg.auth, reg.tls
   local has_auth = check.present(reg, "auth") and type(a) == "table"
-    and check.count_present(a, AUTH_FIELDS) > 0
+    and check.count_given(a, AUTH_FIELDS) > 0
   -- An empty tls block configures nothing, so it does not count.
   local has_tls = check.present(reg, "tls") and type(t) == "table" and next(t) ~= nil
   if not (has_proxy or has_auth or has_tls) then

@@ -1,6 +1,7 @@
 -- cargoship.config.validate: walks one ZarfCluster document, reporting every mistake and
 -- building the normalized cluster table alongside (used only when nothing was reported).
 local check = require "cargoship.config.check"
+local FIELDS = require "cargoship.config.fields"
 local errors = require "cargoship.config.errors"
 local hosts = require "cargoship.config.hosts"
 local net = require "cargoship.config.net"
@@ -25,11 +26,11 @@ local function encryption(ctx, meta, mpath)
   local enc = check.mapping(ctx, meta, "encryption", mpath)
   if not enc then return nil end
   local epath = join(mpath, "encryption")
-  check.fields(ctx, enc, epath, { "age" })
+  check.fields(ctx, enc, epath, FIELDS.encryption)
   local age = check.mapping(ctx, enc, "age", epath)
   if not age then return {} end
   local apath = join(epath, "age")
-  check.fields(ctx, age, apath, { "recipients", "lastModified" })
+  check.fields(ctx, age, apath, FIELDS.age)
   local out = { recipients = {} }
   local rec = check.sequence(ctx, age, "recipients", apath)
   for i = 1, rec and #rec or 0 do
@@ -37,7 +38,7 @@ local function encryption(ctx, meta, mpath)
     local r = check.string(ctx, rec, i, join(apath, "recipients"), { required = true })
     if r then out.recipients[#out.recipients + 1] = r end
   end
-  local lm = check.string(ctx, age, "lastModified", apath, { nonempty = true })
+  local lm = check.string(ctx, age, "lastModified", apath, { blank_absent = true })
   if lm and not lm:match("^%d%d%d%d%-%d%d%-%d%d[Tt]%d%d:%d%d:%d%d%.?%d*[Zz]$")
          and not lm:match("^%d%d%d%d%-%d%d%-%d%d[Tt]%d%d:%d%d:%d%d%.?%d*[+-]%d%d:%d%d$") then
     ctx.errs:at_value(age, "lastModified", join(apath, "lastModified"),
@@ -51,7 +52,7 @@ end
 local function metadata(ctx, doc, cluster)
   local meta = check.mapping(ctx, doc, "metadata", "", { required = true })
   if not meta then return end
-  check.fields(ctx, meta, "metadata", { "name", "encryption" })
+  check.fields(ctx, meta, "metadata", FIELDS.metadata)
   local name = check.string(ctx, meta, "name", "metadata", { required = true })
   if name and not name:match("^[a-z0-9][a-z0-9-]*$") then
     ctx.errs:at_value(meta, "name", "metadata.name",
@@ -76,11 +77,11 @@ end
 local function spec(ctx, doc, cluster)
   local s = check.mapping(ctx, doc, "spec", "", { required = true })
   if not s then return end
-  check.fields(ctx, s, "spec", { "config", "hosts", "phases" }, SPEC_HINTS)
+  check.fields(ctx, s, "spec", FIELDS.spec, SPEC_HINTS)
   local cfg = check.mapping(ctx, s, "config", "spec", { required = true })
   local cpath = "spec.config"
   if cfg then
-    check.fields(ctx, cfg, cpath, { "loadbalancer", "profiles", "registries", "values" })
+    check.fields(ctx, cfg, cpath, FIELDS.config)
     cluster.loadbalancer = loadbalancer(ctx, cfg, cpath)
     cluster.profiles = profiles.decode(ctx, cfg, cpath)
     cluster.registries = registries.decode(ctx, cfg, cpath)
@@ -100,7 +101,7 @@ function M.document(ctx, doc)
     ctx.errs:at_node(doc, "", "expected a mapping at the top of the document, got " .. describe(doc))
     return cluster
   end
-  check.fields(ctx, doc, "", { "apiVersion", "kind", "metadata", "spec" }, ROOT_HINTS)
+  check.fields(ctx, doc, "", FIELDS.root, ROOT_HINTS)
   local api = check.string(ctx, doc, "apiVersion", "")
   if api and api ~= M.API_VERSION then
     ctx.errs:at_value(doc, "apiVersion", "apiVersion",

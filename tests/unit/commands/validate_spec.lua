@@ -41,7 +41,8 @@ describe("validate with a stand-in loader", function()
     support.with_config(fake, function()
       local code, out = support.run({ "validate", "--output", "json", "c.yaml" })
       assert.are.equal(0, code)
-      assert.are.same({ valid = true, errors = {}, cluster = { name = "plant-a", hosts = 3, controllers = 2,
+      assert.are.same({ file = "c.yaml", valid = true, errors = {},
+        cluster = { name = "plant-a", hosts = 3, controllers = 2,
         workers = 1, profiles = { "control", "general" },
         registries = { "docker.io", "registry.example.internal" } } }, cjson.decode(out))
       assert.matches('"errors":[]', out, 1, true)
@@ -126,12 +127,75 @@ describe("validate with the cluster-file loader", function()
       "    - {role: controller, hostname: \"", ("é"):rep(80), "\", ssh: {address: 192.0.2.1}}\n",
       "    - {role: worker, ssh: {address: \"${BYTES}\"}}\n")
     f:close()
-    local code, out = support.run({ "validate", "--output", "json", path }, { BYTES = "h\255\254\192.x" })
+    local code, out = support.run({ "validate", "--expand-env", "--output", "json", path },
+      { BYTES = "h\255\254\192.x" })
     support.remove_tree(dir)
     assert.are.equal(1, code)
     assert.truthy(utf8.len(out), "invalid UTF-8 in: " .. out)
     local doc = cjson.decode(out)
     assert.are.equal(2, #doc.errors)
     assert.truthy(doc.errors[2].message:find("h\u{FFFD}\u{FFFD}\u{FFFD}.x", 1, true), doc.errors[2].message)
+  end)
+end)
+
+-- Issue 13: what the Go tool accepts, checked through the real loader and command line.
+describe("validate, apply and exec on files the Go tool accepts", function()
+  local dir
+  local function write(name, hosts)
+    local path = dir .. "/" .. name
+    local f = assert(io.open(path, "w"))
+    f:write("apiVersion: zarf.dev/v1alpha1\nkind: ZarfCluster\nmetadata: {name: t}\nspec:\n",
+      "  config: {loadbalancer: lb.example.internal}\n  hosts:\n", hosts)
+    f:close()
+    return path
+  end
+  before_each(function() dir = support.temp_dir() end)
+  after_each(function() support.remove_tree(dir) end)
+
+  it("validates several files, each reported, exit 1 when any is invalid", function()
+    local good = write("good.yaml", "    - {role: controller, ssh: {address: 192.0.2.1}}\n")
+    local bad = write("bad.yaml", "    - {role: boss, ssh: {address: 192.0.2.1}}\n")
+    local code, out, err = support.run({ "validate", good, bad })
+    assert.are.equal(1, code)
+    assert.matches(good .. " is valid.", out, 1, true)
+    assert.matches(bad .. ": 1 error", err, 1, true)
+    code, out = support.run({ "validate", "--output", "json", good, good })
+    assert.are.equal(0, code)
+    local docs = cjson.decode(out)
+    assert.are.equal(2, #docs)
+    assert.are.equal(good, docs[2].file)
+  end)
+
+  it("warns about a host without a connection and exits 0; apply and exec refuse it by name", function()
+    local path = write("c.yaml", "    - {role: controller, ssh: {address: 192.0.2.1}}\n"
+      .. "    - {role: worker, hostname: w-nossh}\n")
+    local code, _, err = support.run({ "validate", path })
+    assert.are.equal(0, code)
+    assert.matches("spec.hosts[1]: no connection", err, 1, true)
+    code, _, err = support.run({ "apply", "--dry-run", path })
+    assert.are.equal(1, code)
+    assert.matches("no connection block (ssh, openSSH or localhost: true) for w-nossh (spec.hosts[1])", err, 1, true)
+    code, _, err = support.run({ "exec", path, "--", "true" })
+    assert.are.equal(1, code)
+    assert.matches("w-nossh (spec.hosts[1])", err, 1, true)
+  end)
+
+  it("says an undefined profile is only a label under --verbose", function()
+    local path = write("c.yaml", "    - {role: controller, profile: gpu, ssh: {address: 192.0.2.1}}\n")
+    local code, _, err = support.run({ "validate", path })
+    assert.are.equal(0, code)
+    assert.is_nil(err:find("not defined", 1, true))
+    code, _, err = support.run({ "validate", "-v", path })
+    assert.are.equal(0, code)
+    assert.matches('profile "gpu" is not defined', err, 1, true)
+  end)
+
+  it("reads $ literally unless --expand-env", function()
+    local path = write("c.yaml", "    - {role: controller, ssh: {address: \"${ADDR}\"}}\n")
+    local code, _, err = support.run({ "validate", path }, { ADDR = "192.0.2.7" })
+    assert.are.equal(1, code)
+    assert.matches('expected an IP address or hostname, got string "${ADDR}"', err, 1, true)
+    code = support.run({ "validate", "--expand-env", path }, { ADDR = "192.0.2.7" })
+    assert.are.equal(0, code)
   end)
 end)

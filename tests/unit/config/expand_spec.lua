@@ -28,7 +28,7 @@ describe("expansion while loading", function()
                        SSH_USER = "ops", UNIT = "hour" })
 
   it("expands every string value after parsing", function()
-    local c = assert(support.config.load(support.fixture("env-vars.yaml"), { env = env }))
+    local c = assert(support.config.load(support.fixture("env-vars.yaml"), { env = env, expand_env = true }))
     assert.equal("lab", c.name)
     assert.equal("lb.lab", c.loadbalancer)
     assert.equal("192.0.2.9", c.hosts[1].connection.address)
@@ -37,7 +37,7 @@ describe("expansion while loading", function()
   end)
 
   it("reads an expanded integer field as the Go tool would after its textual expansion", function()
-    local c = assert(support.config.load(support.fixture("env-vars.yaml"), { env = env }))
+    local c = assert(support.config.load(support.fixture("env-vars.yaml"), { env = env, expand_env = true }))
     assert.equal(2200, c.hosts[1].connection.port)
     local cc = support.ok(support.doc({ config = "profiles: {p: {concurrency: \"${N}\"}}" }),
       env_of({ N = "4" }))
@@ -47,12 +47,13 @@ describe("expansion while loading", function()
   end)
 
   it("reports an unset variable at its scalar with the field path, once", function()
-    local e = support.errors(support.host_doc("ssh: {address: \"${NOPE}\"}"))
+    local e = support.errors(support.host_doc("ssh: {address: \"${NOPE}\"}"), env_of({}))
     assert.same({ "test.yaml:10:22: spec.hosts[0].ssh.address: environment variable NOPE is not set" }, e)
   end)
 
   it("reports every unset variable", function()
-    local c, errs = support.config.load(support.fixture("env-vars.yaml"), { env = env_of({}) })
+    local c, errs = support.config.load(support.fixture("env-vars.yaml"),
+      { env = env_of({}), expand_env = true })
     assert.is_nil(c)
     assert.equal(6, #errs)
     assert.equal(support.fixture("env-vars.yaml")
@@ -71,7 +72,7 @@ describe("expansion while loading", function()
     if not home then return end
     local c = assert(support.config.load_string(support.host_doc("ssh: {address: h, keyPath: \"${HOME}" ..
       "/.ssh/k\"}"),
-      "t.yaml"))
+      "t.yaml", { expand_env = true }))
     assert.equal(home .. "/.ssh/k", c.hosts[1].connection.key_path)
   end)
 end)

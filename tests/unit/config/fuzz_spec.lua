@@ -245,7 +245,7 @@ local function check_load(text)
   debug.sethook(function()
     if os.clock() > deadline then error("fuzz: over " .. limit .. " s", 0) end
   end, "", 10000)
-  local ok, cluster, errs = pcall(config.load_string, text, "fuzz.yaml", { env = env })
+  local ok, cluster, errs = pcall(config.load_string, text, "fuzz.yaml", { env = env, expand_env = true })
   debug.sethook()
   if not ok then return "raised: " .. tostring(cluster) end
   if cluster then return nil, "loaded" end

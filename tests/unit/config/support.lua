@@ -52,7 +52,8 @@ function M.host_doc(body, config_lines)
 end
 
 function M.load(text, env)
-  return config.load_string(text, "test.yaml", { env = env or no_env })
+  -- an env given means the spec is about ${VAR}: that needs --expand-env's opt-in
+  return config.load_string(text, "test.yaml", { env = env or no_env, expand_env = env ~= nil })
 end
 
 -- The list of error texts (empty when the document loads).
