@@ -515,6 +515,10 @@ end
 -- re-raises); a timeout's message says whether that was confirmed.
 function Connection:exec(cmd, opts)
   opts = opts or {}
+  -- a task being cancelled (Ctrl-C, or its host lost for the run) starts nothing more on the
+  -- host: its cancellation would only raise at its first wait, after the request went out
+  local me = loop.current()
+  if me and me:stopping() then error("cancelled", 0) end
   local prefix = ""
   if opts.sudo then
     local p, err, code = self:sudo_prefix()

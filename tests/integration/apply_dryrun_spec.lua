@@ -43,7 +43,7 @@ local TOP_KEYS = { "cleanup", "cluster", "dry_run", "elapsed", "error", "hosts",
   "ok", "outcome", "pending", "phases", "pipeline", "plan", "run_id", "schema" }
 local PHASE_KEYS = { "dry_run_policy", "elapsed", "error", "hosts", "id", "index", "number", "probes", "summary",
   "title", "verdict", "writes" }
-local HOST_KEYS = { "actions", "error", "host", "left_alone", "probes", "reason", "writes" }
+local HOST_KEYS = { "actions", "error", "host", "left_alone", "not_reached", "probes", "reason", "writes" }
 
 local function read(path)
   local f = io.open(path, "rb")
@@ -340,7 +340,7 @@ describe("cargoship apply on " .. N .. " lab hosts", function()
     end)
   end)
 
-  it("fails an unreachable host in 'Connect to hosts', naming it, within the connect timeout", function()
+  it("fails an unreachable host in 'Connect to hosts', naming it, and reports the others in every phase", function()
     local i = 3
     local victim = hosts[i].name
     local before = snapshots(hosts)
@@ -362,7 +362,7 @@ describe("cargoship apply on " .. N .. " lab hosts", function()
     assert.matches("^FAILED on 1 of " .. N .. " hosts", connect)
     assert.matches("\n +" .. victim .. " +error: ", connect)
     assert.matches("Dry run failed: phase 1 %(Connect to hosts%) failed%.", text.stdout)
-    -- JSON: only that host failed, and nothing after phase 1 ran
+    -- JSON: only that host failed; every later phase left it out and assessed the others
     local doc = decode(json)
     check_schema(doc, names)
     assert.are.same({ "failed", false }, { doc.outcome, doc.ok })
@@ -376,7 +376,21 @@ describe("cargoship apply on " .. N .. " lab hosts", function()
         assert.is_true(is_null(h.error), h.host .. ": " .. tostring(h.error))
       end
     end
-    for k = 2, #doc.phases do assert.are.equal("skipped", doc.phases[k].verdict, doc.phases[k].id) end
+    for k = 2, #doc.phases do
+      local p = doc.phases[k]
+      assert.are_not.equal("skipped", p.verdict, p.id)
+      assert.are_not.equal("failed", p.verdict, p.id)
+      for _, h in ipairs(p.hosts) do
+        if h.host == victim then
+          assert.are.equal("failed in phase 1 (Connect to hosts)", h.not_reached, p.id)
+          assert.are.same({}, h.actions, p.id)
+        else
+          assert.is_true(is_null(h.not_reached) and is_null(h.error), p.id .. " " .. h.host)
+        end
+      end
+    end
+    assert.matches("\n +" .. victim .. " +not reached: failed in phase 1 %(Connect to hosts%)\n", text.stdout)
+    assert.matches(victim .. " was left out of the phases after it failed.", text.stdout, 1, true)
     assert_untouched(hosts, before, snapshots(hosts), "a dry run with " .. victim .. " unreachable")
   end)
 end)

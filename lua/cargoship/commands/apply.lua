@@ -46,8 +46,9 @@ With --dry-run, apply connects to every host and runs the read-only phases for r
 reports every other phase with what it would do on each host, "nothing to do", or
 "unassessed" (it would read host state an earlier reported phase has yet to create). A
 dry run changes nothing (the hosts refuse every write), takes no host lock and needs no
---confirm. Exit codes: 0 nothing is pending, 3 work is pending, 1 a phase failed,
-130 interrupted.
+--confirm. A host that fails is left out of the later phases; the other hosts go through
+every phase. Exit codes: 0 nothing is pending, 3 work is pending, 1 a phase failed (on
+any host), 130 interrupted.
 
 Without --dry-run, apply first runs that dry run and shows it as the plan, then asks
 "Proceed? [y/N]" on the terminal. When stdin is not a terminal, --confirm is needed:

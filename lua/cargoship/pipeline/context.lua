@@ -26,6 +26,7 @@
 -- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg), ctx:leave(host, why),
 -- ctx:planned(host), ctx:apply(host, actions): see below.
 local host_mod = require "cargoship.host"
+local loop = require "cargoship.loop"
 local pool = require "cargoship.pool"
 
 local M = {}
@@ -72,6 +73,8 @@ function M.new(o)
     -- bookkeeping of the runner, not for phases
     _failures = nil,  -- failures ctx:fail recorded during the current phase
     _lost = {},       -- [host] = message: hosts lost for the rest of the run (ctx:host_lost)
+    _tasks = {},      -- [host] = {[task] = true}: ctx:each's tasks working on host right now
+    _cleanup = false, -- true while the runner cleans up: a lost host's lock may still be released
     _planned = nil,   -- [host] = the action records the current phase assessed
     _outcomes = nil,  -- [host] = {[record] = outcome} of what ctx:apply executed
     _steps = nil,     -- the current phase's steps
@@ -135,6 +138,10 @@ end
 -- at once. fn raising or returning nil, err is that host's failure; failures is a list of
 -- {host = h, err = msg} in the order of `hosts`, each logged on its host. values[host] is
 -- fn's first result. A cancelled run raises out of here; it is never a host's failure.
+-- A host lost for the run (ctx:host_lost) fails with its loss: fn is not called for it
+-- once it is lost, and its task is cancelled when it is lost while fn runs (the transport
+-- ends the task's remote commands before the task ends), so nothing more is sent to it;
+-- only the runner's cleanup (releasing locks) still reaches it.
 function Context:each(hosts, fn, opts)
   opts = opts or {}
   local limit = opts.concurrency or self.options.concurrency or M.DEFAULT_CONCURRENCY
@@ -142,20 +149,30 @@ function Context:each(hosts, fn, opts)
   local done = 0
   if progress then progress(0, #hosts) end
   local results = pool.map(hosts, limit, function(h)
+    if self._lost[h] and not self._cleanup then return nil, self._lost[h] end
+    local me = loop.current()
+    local mine = self._tasks[h] or {}
+    self._tasks[h] = mine
+    mine[me] = true
+    loop.defer(function() mine[me] = nil end)
     local r = table.pack(fn(h))
     done = done + 1
     if progress then progress(done, #hosts) end
     return table.unpack(r, 1, r.n)
   end)
+  local caller = loop.current()
   local failures, values = {}, {}
   for i, r in ipairs(results) do
     local h = hosts[i]
+    local lost = self._lost[h]
     local err
     if not r.ok then
-      if r.code == "cancelled" then error("cancelled", 0) end
-      err = message(r.err)
+      -- a task cancelled because its host was lost is that host's failure; any other
+      -- cancellation is the run's
+      if r.code == "cancelled" and not (lost and not caller:cancelled()) then error("cancelled", 0) end
+      err = lost or message(r.err)
     elseif r[1] == nil and r[2] ~= nil then
-      err = message(r[2])
+      err = lost or message(r[2])
     else
       values[h] = r[1]
     end
@@ -170,12 +187,18 @@ end
 
 -- ctx:host_lost(host, msg): host is gone for the rest of the run (its lock was lost or
 -- stolen, say): it fails in the phase running now, or in the next one when none runs, and
--- in every phase after. The lock's loss callback calls it; nothing else needs to know why.
+-- in every phase after. Its tasks in ctx:each are cancelled now (unless the runner is
+-- cleaning up), so the run stops working there at once: the holder of a lost lock must not
+-- go on. The lock's loss callback calls it; nothing else needs to know why.
 function Context:host_lost(host, msg)
   msg = tostring(msg or (host.name .. ": lost"))
   if self._lost[host] then return end
   self._lost[host] = msg
   if self._failures then self:fail(host, msg) end
+  if self._cleanup then return end
+  local tasks = {}
+  for t in pairs(self._tasks[host] or {}) do tasks[#tasks + 1] = t end
+  for _, t in ipairs(tasks) do t:cancel() end
 end
 
 -- ctx:leave(host, why): in assess, says why the phase leaves host alone although it would
@@ -196,8 +219,10 @@ end
 -- ctx:apply(host, actions) -> true | nil, err: executes actions (default: all of
 -- ctx:planned(host)) through host:apply with the running phase's steps, and records each
 -- record's outcome for the report. actions must be records of ctx:planned(host): the run
--- does what the plan said, nothing it did not.
+-- does what the plan said, nothing it did not. On a host lost for the run it fails at
+-- once, sending nothing (outside the runner's cleanup).
 function Context:apply(host, actions)
+  if self._lost[host] and not self._cleanup then return nil, self._lost[host] end
   local planned = self:planned(host)
   actions = actions or planned
   local known = {}

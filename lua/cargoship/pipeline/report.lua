@@ -13,7 +13,9 @@
 --       elapsed, probes, writes, error = nil | string, summary = nil | string (the phase's own),
 --       hosts = { {host = name, actions = {action}, reason = nil | string,
 --                  left_alone = nil | string (why the phase leaves the host alone: ctx:leave),
---                  error = nil | string, probes, writes} }   -- config order
+--                  error = nil | string, probes, writes,
+--                  not_reached = nil | "failed in phase 3 (...)": a dry run took this host out
+--                  of the phases after its failure} }   -- config order
 --   } },
 --   where action = the public part of an action record (cargoship.action.public: kind, say,
 --   and path, mode, owner, group, sha256, size, verb, service, name, cmd where they apply;
@@ -49,6 +51,7 @@ end
 local function has_actions(h) return #h.actions > 0 end
 local function has_reason(h) return h.reason ~= nil end
 local function has_error(h) return h.error ~= nil end
+local function is_out(h) return h.not_reached ~= nil end
 
 -- "5m", "1m30s", "45s", "0.5s": how --timeout reads back.
 function M.duration(seconds)
@@ -66,10 +69,13 @@ end
 function M.summary(entry, with_time)
   if with_time == nil then with_time = true end
   local t = with_time and entry.elapsed and string.format("%.2f s", entry.elapsed) or nil
-  local n = #entry.hosts
+  -- hosts taken out after an earlier failure are not among those the phase reached
+  local out = count(entry, is_out)
+  local n = #entry.hosts - out
   local function paren(...)
     local parts = {}
     for _, x in ipairs({ ... }) do parts[#parts + 1] = x end
+    if out > 0 and entry.verdict ~= "skipped" then parts[#parts + 1] = out .. " not reached" end
     if t then parts[#parts + 1] = t end
     return #parts > 0 and (" (" .. table.concat(parts, ", ") .. ")") or ""
   end
@@ -86,7 +92,9 @@ function M.summary(entry, with_time)
     if k > 0 then return string.format("FAILED on %d of %s", k, plural(n, "host")) .. paren() end
     return "FAILED" .. paren()
   elseif v == "interrupted" then return "interrupted" .. paren()
-  elseif v == "skipped" then return "skipped (not reached)"
+  elseif v == "skipped" then
+    if out > 0 then return "skipped (not reached: " .. plural(out, "host") .. " failed earlier)" end
+    return "skipped (not reached)"
   end
   return tostring(v)
 end
@@ -205,7 +213,8 @@ local function lines_key(h)
 end
 
 local function same_lines(a, b)
-  if a.error or b.error or a.reason ~= b.reason or a.left_alone ~= b.left_alone or #a.actions ~= #b.actions then
+  if a.error or b.error or a.reason ~= b.reason or a.left_alone ~= b.left_alone or a.not_reached ~= b.not_reached
+    or #a.actions ~= #b.actions then
     return false
   end
   return lines_key(a) == lines_key(b)
@@ -214,7 +223,7 @@ end
 -- Every host saying the same ("take the lock at ..." on 500 hosts) is said once.
 local function all_alike(p)
   local first = p.hosts[1]
-  if #p.hosts < 2 or not (has_actions(first) or first.reason) then return false end
+  if #p.hosts < 2 or not (has_actions(first) or first.reason or first.not_reached) then return false end
   for i = 2, #p.hosts do
     if not same_lines(first, p.hosts[i]) then return false end
   end
@@ -232,8 +241,8 @@ end
 local function groups_of(p)
   local groups, by_key = {}, {}
   for _, h in ipairs(p.hosts) do
-    if not h.error and (has_actions(h) or h.reason) then
-      local key = (h.reason or "") .. "\0" .. lines_key(h)
+    if not h.error and (has_actions(h) or h.reason or h.not_reached) then
+      local key = (h.reason or "") .. "\0" .. (h.not_reached or "") .. "\0" .. lines_key(h)
       local g = by_key[key]
       if not g then
         g = { first = h, names = {} }
@@ -255,6 +264,9 @@ local function host_lines(out, p)
     local label = "all " .. #p.hosts .. " hosts"
     for _, a in ipairs(p.hosts[1].actions) do out[#out + 1] = "       " .. label .. "  " .. action_line(a) end
     if p.hosts[1].reason then out[#out + 1] = "       " .. label .. "  unassessed: " .. p.hosts[1].reason end
+    if p.hosts[1].not_reached then
+      out[#out + 1] = "       " .. label .. "  not reached: " .. p.hosts[1].not_reached
+    end
     return
   end
   local grouped, in_group = groups_of(p), {}
@@ -263,7 +275,7 @@ local function host_lines(out, p)
   end
   local width = 0
   for _, h in ipairs(p.hosts) do
-    if (has_actions(h) or h.reason or h.error or h.left_alone) and not in_group[h.host] then
+    if (has_actions(h) or h.reason or h.error or h.left_alone or h.not_reached) and not in_group[h.host] then
       width = math.max(width, #h.host)
     end
   end
@@ -289,12 +301,35 @@ local function host_lines(out, p)
         out[#out + 1] = "       " .. name .. "  error: " .. h.error
         said = true
       end
+      if h.not_reached then
+        out[#out + 1] = "       " .. name .. "  not reached: " .. h.not_reached
+        said = true
+      end
     end
     if not said then quiet = quiet + 1 end
   end
-  if quiet > 0 and quiet < #p.hosts and (p.verdict == "would_act" or p.verdict == "unassessed") then
+  if quiet > 0 and quiet < #p.hosts - count(p, is_out) and (p.verdict == "would_act" or p.verdict == "unassessed") then
     out[#out + 1] = string.format("       (nothing to do on %s)", plural(quiet, "other host"))
   end
+end
+
+-- " h2 and h5 were left out of the phases after they failed.": a dry run that went on.
+local function left_out(report)
+  local seen = {}
+  for _, p in ipairs(report.phases) do
+    for _, h in ipairs(p.hosts) do
+      if h.not_reached then seen[h.host] = true end
+    end
+  end
+  local names = {}
+  for _, n in ipairs(report.hosts or {}) do
+    if seen[n] then names[#names + 1] = n end
+  end
+  if #names == 0 then return "" end
+  local list = #names == 1 and names[1]
+    or (table.concat(names, ", ", 1, #names - 1) .. " and " .. names[#names])
+  return string.format(" %s %s left out of the phases after %s failed.", list, #names == 1 and "was" or "were",
+    #names == 1 and "it" or "they")
 end
 
 local function footer(report, heading)
@@ -313,7 +348,7 @@ local function footer(report, heading)
   elseif o == "interrupted" then
     return "Interrupted." .. (report.dry_run and changed or "")
   elseif o == "failed" then
-    return heading .. " failed: " .. tostring(report.error) .. "." .. changed
+    return heading .. " failed: " .. tostring(report.error) .. "." .. left_out(report) .. changed
   end
   return "Not applied: " .. tostring(report.error)
 end
@@ -387,7 +422,8 @@ local function json_phase(p)
   for i, h in ipairs(p.hosts) do
     hosts[i] = { host = h.host, actions = json_actions(h.actions), reason = or_null(h.reason),
       left_alone = or_null(h.left_alone),
-      error = or_null(h.error), probes = h.probes or 0, writes = h.writes or 0 }
+      error = or_null(h.error), not_reached = or_null(h.not_reached), probes = h.probes or 0,
+      writes = h.writes or 0 }
   end
   return { index = p.index, number = p.number, id = p.id, title = p.title,
     dry_run_policy = p.dry_run_policy, verdict = p.verdict, elapsed = seconds(p.elapsed),

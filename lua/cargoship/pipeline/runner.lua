@@ -13,10 +13,18 @@
 -- it reads host state an earlier reported phase with pending work would create: there it is
 -- unassessed, and its assess is not called.
 --
+-- What a failure stops (docs/dry-run.md, "When a host fails"): in a real run, the run, after
+-- the phase, since a later phase may need the whole cluster (a leader, a quorum, every node
+-- in the config) and the contract does not say which ones do. In a dry run, only the host:
+-- nothing is changed, so the other hosts go through every phase and the report is whole;
+-- the failed host is taken out of every later phase (reported there as not reached) and the
+-- dry run fails. A failure of a phase as a whole (no host named), or every host failed,
+-- stops a dry run too.
+--
 -- The phases run in a task of their own, and cleanup runs in that task's destructor: a
 -- cancelled task cannot wait, a destructor can, and cleanup (releasing locks) must reach
--- the hosts however the run ends. This file is the only one of the pipeline that touches
--- the loop.
+-- the hosts however the run ends. This file and the context's ctx:each (per-host tasks,
+-- cancelled when a host is lost) are the only ones of the pipeline that touch the loop.
 local action = require "cargoship.action"
 local loop = require "cargoship.loop"
 local contract = require "cargoship.pipeline.contract"
@@ -257,7 +265,8 @@ function Run:run_phase(phase, entry, hosts)
   if phase.assess then
     work = self:assess(phase, entry, hosts)
     if not ctx.dry_run then self:note_drift(entry, hosts) end
-    if entry.failed then return end
+    -- a dry run goes on with the hosts that were assessed (the failed have no work)
+    if entry.failed and not ctx.dry_run then return end
     if #work == 0 then
       entry.verdict = "nothing_to_do"
       return
@@ -375,6 +384,37 @@ function Run:account(entry, before)
   entry.probes, entry.writes = probes, writes
 end
 
+-- In a dry run, hosts that failed in an earlier phase are out of this one: each gets an
+-- entry saying why it was not reached, and is not handed to the phase. -> the rest
+function Run:without_out(entry, hosts)
+  local rest = {}
+  for _, h in ipairs(hosts) do
+    local why = self.out[h]
+    if why then
+      self:entry_for(entry, h).not_reached = why
+    else
+      rest[#rest + 1] = h
+    end
+  end
+  return rest
+end
+
+-- A dry run after a failed phase: its failed hosts are out of the later phases; -> whether
+-- the dry run goes on (some host is left, and the failure named hosts, not the phase).
+function Run:take_out(entry)
+  if entry.error then return false end
+  for _, e in ipairs(entry.hosts) do
+    if e.error and not self.out[e._host] then
+      self.out[e._host] = string.format("failed in phase %s (%s)", tostring(entry.number), entry.title)
+    end
+  end
+  for _, h in ipairs(self.ctx.hosts) do
+    if not self.out[h] then return true end
+  end
+  return false
+end
+
+-- -> whether the run goes on after this phase
 function Run:phase(i, phase)
   local ctx = self.ctx
   local entry = self.report.phases[i]
@@ -389,7 +429,11 @@ function Run:phase(i, phase)
   local trace
   local ok, err = xpcall(function()
     local hosts = self:prepare(phase)
+    local prepared = #hosts
+    hosts = self:without_out(entry, hosts)
     for _, h in ipairs(hosts) do self:entry_for(entry, h) end
+    -- every host it concerns failed earlier: not reached, like a phase after a real run's failure
+    if prepared > 0 and #hosts == 0 then return end
     if ctx.dry_run then
       hosts = self:split_unassessed(phase, entry, hosts)
       if entry.dry_run_policy == contract.READ_ONLY then self:run_phase(phase, entry, hosts)
@@ -409,15 +453,17 @@ function Run:phase(i, phase)
     self:phase_failure(entry, err)
   end
   -- a host lost for the run (ctx:host_lost: its lock was lost or stolen, between phases
-  -- too) fails every phase from then on, so the run stops there
+  -- too) fails the phase running then (a real run stops there; a dry run takes it out)
   local failing = {}
   for _, f in ipairs(ctx._failures) do failing[f.host] = true end
   for _, h in ipairs(ctx.hosts or {}) do
-    if ctx._lost[h] and not failing[h] then
+    if ctx._lost[h] and not failing[h] and not self.out[h] then
       ctx._failures[#ctx._failures + 1] = { host = h, err = ctx._lost[h] }
     end
   end
-  for _, f in ipairs(ctx._failures) do self:host_failure(entry, f.host, f.err) end
+  for _, f in ipairs(ctx._failures) do
+    if not self.out[f.host] then self:host_failure(entry, f.host, f.err) end
+  end
   ctx._failures, ctx._planned, ctx._outcomes, ctx._steps = nil, nil, nil, nil
   self:account(entry, before)
   entry.elapsed = loop.now() - t0
@@ -431,16 +477,23 @@ function Run:phase(i, phase)
   elseif entry.failed then
     entry.verdict = "failed"
   end
-  if ctx.dry_run and entry.verdict ~= "failed" then self:note_pending(phase, entry) end
+  -- a failed phase's healthy hosts were assessed too: what they would create is pending
+  if ctx.dry_run and not cancelled then self:note_pending(phase, entry) end
   report_mod.sort_hosts(entry)
   self.progress:finish(i, total, entry.title, report_mod.summary(entry))
-  if entry.verdict == "failed" or entry.verdict == "interrupted" then return false end
+  if entry.verdict == "interrupted" or cancelled then return false end
+  if entry.verdict == "failed" then
+    self.failed = true
+    return ctx.dry_run and self:take_out(entry)
+  end
   return true
 end
 
 -- Runs in the destructor of the phases' task, where waiting still works after a cancel.
 function Run:cleanup()
   local ctx = self.ctx
+  -- a lost host's lock may still be ours (its host went silent): the release is still sent
+  ctx._cleanup = true
   for i = #self.started, 1, -1 do
     local s = self.started[i]
     if s.phase.cleanup then
@@ -516,6 +569,8 @@ function M.run(ctx, phases, opts)
     ctx = ctx, phases = phases, report = report, position = position,
     progress = opts.progress or NO_PROGRESS, started = {}, pending = {}, plan = opts.plan,
     completed = false,
+    failed = false,  -- some phase failed (a dry run may have gone on past it)
+    out = {},  -- dry run: [host] = why it is out of the later phases ("failed in phase 3 (...)")
   }, Run)
   local t0 = loop.now()
   local late = false
@@ -531,7 +586,8 @@ function M.run(ctx, phases, opts)
     local timer
     loop.defer(function()
       if timer then timer:cancel() end
-      if not run.completed then run:cleanup() end
+      -- a dry run that went on past a failure cleans up too, as the contract says
+      if not run.completed or run.failed then run:cleanup() end
       finish()
     end)
     if opts.deadline then

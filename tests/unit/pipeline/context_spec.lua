@@ -44,4 +44,30 @@ describe("context", function()
     other:host_lost(other.hosts[1], "gone")
     assert.are.equal("gone", other._lost[other.hosts[1]])
   end)
+
+  it("after ctx:host_lost, ctx:each and ctx:apply send nothing to the host, except in the cleanup", function()
+    local loop = require "cargoship.loop"
+    local ctx = S.ctx()
+    local h = ctx.hosts[2]
+    local r = action.run { cmd = "echo one" }
+    ctx._planned, ctx._outcomes = { [h] = { r } }, {}
+    ctx:host_lost(h, "ctrl-2: lost the lock")
+    local called = {}
+    local ok, a, b = loop.run(function()
+      return ctx:each(ctx.hosts, function(x)
+        called[#called + 1] = x.name
+        return x:probe("true")
+      end)
+    end)
+    assert.is_true(ok)
+    assert.is_nil(a)
+    assert.are.same({ { host = h, err = "ctrl-2: lost the lock" } }, b)
+    assert.are.same({ "ctrl-1", "worker-1" }, called)
+    assert.are.same({ nil, "ctrl-2: lost the lock" }, { ctx:apply(h) })
+    assert.are.same({}, h.conn.calls)
+    -- the runner's cleanup (a lock that went silent may still be ours) still reaches it
+    ctx._cleanup = true
+    assert.is_true((loop.run(function() return assert(ctx:each({ h }, function(x) return x:probe("true") end)) end)))
+    assert.are.equal(1, #h.conn.calls)
+  end)
 end)

@@ -124,6 +124,39 @@ describe("report text", function()
       { doc.phases[1].hosts[1].left_alone, doc.phases[1].hosts[2].left_alone })
   end)
 
+  it("renders a dry run that went on past a host's failure, the host not reached after it", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, {
+      S.phase({}, "validate", { title = "Validate hosts", dry_run = "read_only", run = function(c, hosts)
+        c:fail(hosts[2], "no sudo")
+      end }),
+      S.phase({}, "prepare", { title = "Prepare hosts", assess = function(_, h)
+        if h.role == "worker" then return { "write /etc/sysctl.d/99-cargoship.conf" } end
+      end }),
+      S.phase({}, "leader", { title = "Apply manifests", prepare = function(c) return { c.hosts[2] } end }),
+    }, { pipeline = { name = "apply", phases = { { 4, "v" }, { 8, "p" }, { 21, "m" } } } })
+    assert.are.equal([[
+Dry run of cluster "lab" on 3 hosts (apply pipeline, 3 phases)
+  4. Validate hosts: FAILED on 1 of 3 hosts
+       ctrl-2  error: no sudo
+  8. Prepare hosts: would act on 1 of 2 hosts (1 not reached)
+       ctrl-2    not reached: failed in phase 4 (Validate hosts)
+       worker-1  write /etc/sysctl.d/99-cargoship.conf
+       (nothing to do on 1 other host)
+ 21. Apply manifests: skipped (not reached)
+       ctrl-2  not reached: failed in phase 4 (Validate hosts)
+Dry run failed: phase 4 (Validate hosts) failed. ctrl-2 was left out of the phases after it failed. Nothing was changed.
+]], report.text(rep))
+    local doc = cjson.decode(report.json(rep))
+    assert.are.equal("failed in phase 4 (Validate hosts)", doc.phases[2].hosts[2].not_reached)
+    assert.are.equal(cjson.null, doc.phases[2].hosts[3].not_reached)
+    assert.are.same({ "failed", "would_act", "skipped" }, { doc.phases[1].verdict, doc.phases[2].verdict,
+      doc.phases[3].verdict })
+    assert.are.equal("failed", doc.outcome)
+    assert.are.equal(cli.EXIT.failure, report.exit_code(rep, cli.EXIT))
+    assert.are.equal("would act on 1 of 2 hosts (1 not reached)", report.summary(rep.phases[2], false))
+  end)
+
   it("says a dry run with nothing pending changed nothing and found nothing to do", function()
     local rep = S.run(S.ctx { dry_run = true }, { S.phase({}, "x", { title = "X", assess = function() end }) })
     assert.matches("\n  1. X: nothing to do\nNothing to do. Nothing was changed.\n$", report.text(rep))
@@ -173,6 +206,7 @@ describe("report JSON", function()
         end
         assert(h.reason == cjson.null or type(h.reason) == "string")
         assert(h.error == cjson.null or type(h.error) == "string")
+        assert(h.not_reached == cjson.null or type(h.not_reached) == "string")
         is_type("number", h.probes, "probes")
         is_type("number", h.writes, "writes")
       end
@@ -193,7 +227,7 @@ describe("report JSON", function()
     assert.are.same({ 2, 3, "gather_facts", "read_only", "ran" },
       { gather.index, gather.number, gather.id, gather.dry_run_policy, gather.verdict })
     assert.are.same({ host = "ctrl-2", actions = {}, reason = cjson.null, left_alone = cjson.null, error = cjson.null,
-      probes = 1, writes = 0 }, gather.hosts[2])
+      not_reached = cjson.null, probes = 1, writes = 0 }, gather.hosts[2])
     assert.are.same({ { kind = "note", say = "set vm.swappiness=0", outcome = cjson.null, error = cjson.null },
       { kind = "note", say = "write /etc/environment", outcome = cjson.null, error = cjson.null } },
       doc.phases[4].hosts[2].actions)

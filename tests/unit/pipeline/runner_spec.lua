@@ -170,14 +170,17 @@ describe("runner, dry run", function()
           end)
         end,
       }),
-      S.phase(calls, "later", { assess = function() calls[#calls + 1] = "later:assess" end }),
+      S.phase(calls, "later", { assess = function(_, h) calls[#calls + 1] = "later:assess:" .. h.name end }),
     })
     local p = rep.phases[1]
     assert.are.equal("failed", p.verdict)
     assert.are.equal("dry run: refused to write /etc/hosts", S.host_of(p, "ctrl-2").error)
     assert.is_nil(S.host_of(p, "ctrl-1").error)
-    assert.are.equal("skipped", rep.phases[2].verdict)
-    assert.are.same({}, calls)
+    -- the dry run goes on without the failed host
+    assert.are.equal("nothing_to_do", rep.phases[2].verdict)
+    assert.are.equal("failed in phase 1 (Phase sneaky)", S.host_of(rep.phases[2], "ctrl-2").not_reached)
+    table.sort(calls)
+    assert.are.same({ "later:assess:ctrl-1", "later:assess:worker-1" }, calls)
     assert.are.equal("failed", rep.outcome)
     assert.are.equal(cli.EXIT.failure, report.exit_code(rep, cli.EXIT))
     local logged = ctx.log_stream.text()
@@ -212,6 +215,131 @@ describe("runner, dry run", function()
     assert.are.equal("would_act", rep.phases[1].verdict)
     assert.are.same({}, calls)
     for _, h in ipairs(ctx.hosts) do assert.are.equal(0, h.writes_sent) end
+  end)
+end)
+
+describe("runner, dry run past a host's failure", function()
+  local calls
+  before_each(function() calls = {} end)
+
+  -- connect fails on ctrl-2 (its link is down); then one phase of every dry-run policy
+  local function pipeline(extra)
+    local list = {
+      S.phase(calls, "connect", { title = "Connect to hosts", dry_run = "read_only", run = function(c, hosts)
+        return c:each(hosts, function(h)
+          if h.name == "ctrl-2" then return nil, "ctrl-2: exec: connection lost: no answer from the host for 30 s" end
+          return h:probe("true")
+        end)
+      end, cleanup = function() calls[#calls + 1] = "connect:cleanup" end }),
+      S.phase(calls, "facts", { dry_run = "read_only", run = function(c, hosts)
+        calls[#calls + 1] = "facts:run:" .. table.concat(names(hosts), ",")
+        return c:each(hosts, function(h) return h:probe("hostname") end)
+      end }),
+      S.phase(calls, "prep", { assess = function(_, h)
+        calls[#calls + 1] = "prep:assess:" .. h.name
+        return { "write /etc/x on " .. h.name }
+      end }),
+      S.phase(calls, "bye", { dry_run = function(_, hosts)
+        calls[#calls + 1] = "bye:dry_run:" .. table.concat(names(hosts), ",")
+        local out = {}
+        for i, h in ipairs(hosts) do out[i] = { host = h, actions = { "close the SSH session" } } end
+        return out
+      end }),
+    }
+    for _, p in ipairs(extra or {}) do list[#list + 1] = p end
+    return list
+  end
+
+  it("takes the failed host out of every later phase; the others go through every phase", function()
+    local ctx = S.ctx { dry_run = true }
+    local sent_before
+    local rep = S.run(ctx, pipeline {
+      S.phase(calls, "count", { dry_run = "read_only", run = function()
+        sent_before = #ctx.hosts[2].conn.calls
+      end }),
+    })
+    assert.are.same({ "failed", "ran", "would_act", "own", "ran" }, { rep.phases[1].verdict, rep.phases[2].verdict,
+      rep.phases[3].verdict, rep.phases[4].verdict, rep.phases[5].verdict })
+    assert.matches("connection lost", S.host_of(rep.phases[1], "ctrl-2").error)
+    for k = 2, 5 do
+      local dead = S.host_of(rep.phases[k], "ctrl-2")
+      assert.are.equal("failed in phase 1 (Connect to hosts)", dead.not_reached, rep.phases[k].id)
+      assert.is_nil(dead.error)
+      assert.are.same({}, dead.actions)
+    end
+    assert.are.same({ "write /etc/x on worker-1" }, S.says(S.host_of(rep.phases[3], "worker-1")))
+    table.sort(calls)
+    assert.are.same({ "bye:dry_run:ctrl-1,worker-1", "connect:cleanup", "facts:run:ctrl-1,worker-1",
+      "prep:assess:ctrl-1", "prep:assess:worker-1" }, calls)
+    -- nothing more went to the dead host after its failure
+    assert.are.equal(0, sent_before)
+    assert.are.equal("failed", rep.outcome)
+    assert.is_false(rep.ok)
+    assert.are.equal("phase 1 (Connect to hosts) failed", rep.error)
+    assert.are.equal(cli.EXIT.failure, report.exit_code(rep, cli.EXIT))
+    assert.are.equal("connect", rep.cleanup[1].id, "a dry run that went on past a failure cleans up too")
+  end)
+
+  it("takes out a host that fails later too, and a host lost for the run", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, pipeline {
+      S.phase(calls, "lost", { dry_run = "read_only",
+        run = function(c) c:host_lost(c.hosts[3], "worker-1: gone") end }),
+      S.phase(calls, "last", { assess = function(_, h)
+        calls[#calls + 1] = "last:assess:" .. h.name
+      end }),
+    })
+    assert.are.equal("failed", rep.phases[5].verdict)
+    assert.are.equal("gone", S.host_of(rep.phases[5], "worker-1").error)
+    local last = rep.phases[6]
+    assert.are.equal("nothing_to_do", last.verdict)
+    assert.are.equal("failed in phase 5 (Phase lost)", S.host_of(last, "worker-1").not_reached)
+    assert.are.equal("failed in phase 1 (Connect to hosts)", S.host_of(last, "ctrl-2").not_reached)
+    local assessed = {}
+    for _, c in ipairs(calls) do
+      if c:match("^last:") then assessed[#assessed + 1] = c end
+    end
+    assert.are.same({ "last:assess:ctrl-1" }, assessed)
+    assert.are.equal("failed", rep.outcome)
+    assert.are.equal("phase 1 (Connect to hosts) failed", rep.error, "the first failure is named")
+  end)
+
+  it("a phase every host it concerns failed before is skipped, naming them", function()
+    local ctx = S.ctx { dry_run = true }
+    local rep = S.run(ctx, pipeline {
+      S.phase(calls, "leader", { prepare = function(c) return { c.hosts[2] } end,
+        assess = function() error("must not be called") end }),
+    })
+    local p = rep.phases[5]
+    assert.are.equal("skipped", p.verdict)
+    assert.are.equal("failed in phase 1 (Connect to hosts)", S.host_of(p, "ctrl-2").not_reached)
+    assert.are.equal("skipped (not reached: 1 host failed earlier)", report.summary(p))
+  end)
+
+  it("still stops at a failure of the phase as a whole, or when no host is left", function()
+    local rep = S.run(S.ctx { dry_run = true }, {
+      S.phase(calls, "whole", { dry_run = "read_only",
+        run = function() return nil, "no controller in the cluster" end }),
+      S.phase(calls, "after"),
+    })
+    assert.are.same({ "failed", "skipped" }, { rep.phases[1].verdict, rep.phases[2].verdict })
+    assert.are.same({}, rep.phases[2].hosts)
+    rep = S.run(S.ctx { dry_run = true }, {
+      S.phase(calls, "all", { dry_run = "read_only", run = function(c, hosts)
+        return c:each(hosts, function() return nil, "unreachable" end)
+      end }),
+      S.phase(calls, "after"),
+    })
+    assert.are.same({ "failed", "skipped" }, { rep.phases[1].verdict, rep.phases[2].verdict })
+    assert.are.equal("FAILED on 3 of 3 hosts", report.summary(rep.phases[1], false))
+  end)
+
+  it("a real run still stops after the phase where a host failed", function()
+    local ctx = S.ctx { dry_run = false }
+    local rep = S.run(ctx, pipeline())
+    assert.are.same({ "failed", "skipped", "skipped", "skipped" }, { rep.phases[1].verdict, rep.phases[2].verdict,
+      rep.phases[3].verdict, rep.phases[4].verdict })
+    assert.are.same({ "connect:cleanup" }, calls)
   end)
 end)
 
@@ -383,6 +511,118 @@ describe("runner, real run", function()
     assert.matches("gave up: the run took longer than %-%-timeout", rep.error)
     assert.are.same({ "lock:run:ctrl-1,ctrl-2,worker-1", "lock:cleanup" }, calls)
     assert.are.equal(cli.EXIT.failure, report.exit_code(rep, cli.EXIT))
+  end)
+end)
+
+describe("runner, a host lost for the run (its lock lost)", function()
+  local calls
+  before_each(function() calls = {} end)
+
+  -- a lock-like phase whose cleanup reaches every host; then `work` per host
+  local function phases(work)
+    return {
+      S.phase(calls, "lock", { cleanup = function(ctx)
+        assert(ctx:each(ctx.hosts, function(h) return h:check("rm -f /var/lib/cargoship/lock") end))
+        calls[#calls + 1] = "lock:cleanup"
+      end }),
+      S.phase(calls, "work", { run = function(ctx, hosts) return ctx:each(hosts, work) end }),
+      S.phase(calls, "after"),
+    }
+  end
+
+  -- the heartbeat task: it calls ctx:host_lost from a task of its own, `after` s into the phase
+  local function lose_later(ctx, h, after, seen)
+    loop.spawn(function()
+      loop.sleep(after)
+      seen.at, seen.sent = loop.now(), #h.conn.calls
+      ctx:host_lost(h, h.name .. ": lost the lock at /run/cargoship/lock: taken over by op@elsewhere")
+    end)
+  end
+
+  it("stops the host's work there at once and sends it nothing more; the other hosts go on", function()
+    local ctx = S.ctx()
+    local h2 = ctx.hosts[2]
+    local seen, t_end = {}, nil
+    local rep = S.run(ctx, phases(function(h)
+      if h == h2 then lose_later(ctx, h2, 0.05, seen) end
+      -- ctrl-2 would go on for 10 s; the others do 20 rounds (0.2 s), past the loss
+      for _ = 1, h == h2 and 1000 or 20 do
+        h:probe("echo tick")
+        loop.sleep(0.01)
+      end
+      if h ~= h2 then calls[#calls + 1] = "work:done:" .. h.name end
+      t_end = loop.now()
+      return true
+    end))
+    local p = rep.phases[2]
+    assert.are.equal("failed", p.verdict)
+    assert.matches("lost the lock at /run/cargoship/lock", S.host_of(p, "ctrl-2").error)
+    assert.is_nil(S.host_of(p, "ctrl-1").error)
+    assert.is_nil(S.host_of(p, "worker-1").error)
+    assert.is_true(t_end - seen.at < 0.5, "the phase went on " .. (t_end - seen.at) .. " s after the loss")
+    assert.are.equal("skipped", rep.phases[3].verdict)
+    table.sort(calls)
+    assert.are.same({ "lock:cleanup", "lock:run:ctrl-1,ctrl-2,worker-1", "work:done:ctrl-1", "work:done:worker-1" },
+      calls)
+    -- ctrl-2: its ticks up to the loss, then only the cleanup's release
+    local after_loss = {}
+    for i = seen.sent + 1, #h2.conn.calls do after_loss[#after_loss + 1] = h2.conn.calls[i].cmd end
+    assert.are.equal(1, #after_loss, table.concat(after_loss, " | "))
+    assert.matches("rm %-f /var/lib/cargoship/lock", after_loss[1])
+    for _, h in ipairs { ctx.hosts[1], ctx.hosts[3] } do
+      local ticks = 0
+      for _, c in ipairs(h.conn.calls) do if c.cmd:find("echo tick", 1, true) then ticks = ticks + 1 end end
+      assert.are.equal(20, ticks, h.name .. " did all its work")
+    end
+  end)
+
+  it("ends a command the host's task is waiting on, and the phase does not wait for it", function()
+    local ctx = S.ctx()
+    hang_on_sleep(ctx)
+    local h2 = ctx.hosts[2]
+    local seen = {}
+    -- without the cancel the run would wait for "sleep 600" until this deadline
+    local rep = S.run(ctx, phases(function(h)
+      if h == h2 then
+        lose_later(ctx, h2, 0.05, seen)
+        h:run("sleep 600")
+        calls[#calls + 1] = "work:after-sleep"
+      end
+      return true
+    end), { deadline = loop.now() + 3, timeout = 3 })
+    assert.is_true(rep.elapsed < 1, "took " .. rep.elapsed .. " s")
+    assert.are.equal("failed", rep.phases[2].verdict)
+    assert.matches("taken over by op@elsewhere", S.host_of(rep.phases[2], "ctrl-2").error)
+    assert.is_nil(S.host_of(rep.phases[2], "ctrl-1").error)
+    for _, c in ipairs(calls) do assert.are_not.equal("work:after-sleep", c) end
+    -- one host's task was cancelled, not the run
+    assert.are.equal("failed", rep.outcome)
+    assert.are.equal("phase 2 (Phase work) failed", rep.error)
+  end)
+
+  it("executes none of a lost host's records when the phase orders hosts itself (ctx:apply)", function()
+    local ctx = S.ctx()
+    local action = require "cargoship.action"
+    local done = {}
+    local rep = S.run(ctx, { S.phase(calls, "steps", {
+      assess = function(_, h) return { action.step { name = "one", say = "step on " .. h.name } } end,
+      steps = { one = function(c, h)
+        done[#done + 1] = h.name
+        -- the loss arrives while the first host is worked on
+        if h.name == "ctrl-1" then c:host_lost(c.hosts[2], "ctrl-2: lock gone") end
+        return true
+      end },
+      run = function(c, hosts)
+        for _, h in ipairs(hosts) do c:apply(h) end
+        return true
+      end,
+    }) })
+    local p = rep.phases[1]
+    assert.are.same({ "ctrl-1", "worker-1" }, done)
+    assert.are.equal("failed", p.verdict)
+    assert.are.equal("lock gone", S.host_of(p, "ctrl-2").error)
+    assert.are.equal("not_run", S.host_of(p, "ctrl-2").actions[1].outcome)
+    assert.are.equal("done", S.host_of(p, "worker-1").actions[1].outcome)
   end)
 end)
 

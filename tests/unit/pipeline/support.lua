@@ -10,10 +10,17 @@ M.capture = require "unit.capture"
 
 -- A connection that answers every command from `answers` (cmd pattern -> stdout) or with
 -- "" and exit 0, recording what it was asked. exec may sleep (delay) to let tasks interleave.
+-- Like the transport, it starts nothing in a task being cancelled (raises "cancelled").
+local function not_stopping()
+  local me = loop.current()
+  if me and me:stopping() then error("cancelled", 0) end
+end
+
 function M.fake_conn(o)
   o = o or {}
   local conn = { calls = {} }
   function conn.exec(_, cmd, opts)
+    not_stopping()
     conn.calls[#conn.calls + 1] = { op = "exec", cmd = cmd, opts = opts }
     if o.delay then loop.sleep(o.delay) end
     for pattern, out in pairs(o.answers or {}) do
@@ -22,6 +29,7 @@ function M.fake_conn(o)
     return "", "", 0
   end
   function conn.check(_, cmd, opts)
+    not_stopping()
     conn.calls[#conn.calls + 1] = { op = "check", cmd = cmd, opts = opts }
     if o.delay then loop.sleep(o.delay) end
     for pattern, out in pairs(o.answers or {}) do
@@ -33,6 +41,7 @@ function M.fake_conn(o)
     return ""
   end
   function conn.upload(_, src, dst)
+    not_stopping()
     conn.calls[#conn.calls + 1] = { op = "upload", src = src, dst = dst }
     return { skipped = false, bytes = 0 }
   end
