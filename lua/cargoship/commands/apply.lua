@@ -323,8 +323,8 @@ local function run_pipeline(ctx, cluster, o)
 end
 
 function M.run(ctx, a)
-  local _, operr = M.operands(a)
-  if operr then
+  local cluster_operand, operr = M.operands(a)
+  if not cluster_operand then
     ctx.stderr:write("cargoship apply: ", operr, "\nRun 'cargoship apply --help' for usage.\n")
     return ctx.exit.usage
   end

@@ -51,6 +51,19 @@ describe("apply's operands", function()
     assert.equal(2, code)
     assert.matches("missing CLUSTER", err, 1, true)
   end)
+  it("reach the package in either form, not a usage error", function()
+    local dir = support.temp_dir()
+    local cluster, pkg = dir .. "/c.yaml", dir .. "/missing.tar.zst"
+    write(cluster, "apiVersion: zarf.dev/v1alpha1\nkind: ZarfCluster\nmetadata: {name: c}\nspec:\n"
+      .. "  config: {loadbalancer: lb.example}\n  hosts:\n    - {role: controller, ssh: {address: 10.0.0.1, user: root}}\n")
+    for _, argv in ipairs({ { "apply", "--dry-run", cluster, "--distro", pkg },
+                            { "apply", "--dry-run", pkg, "--config", cluster } }) do
+      local code, _, err = support.run(argv)
+      assert.equal(1, code, err)
+      assert.matches("--distro: " .. pkg, err, 1, true)
+    end
+    support.remove_tree(dir)
+  end)
 end)
 
 describe("global log options and version -o json", function()
