@@ -56,7 +56,7 @@ describe("apply's operands", function()
     local cluster, pkg = dir .. "/c.yaml", dir .. "/missing.tar.zst"
     write(cluster, "apiVersion: zarf.dev/v1alpha1\nkind: ZarfCluster\nmetadata: {name: c}\nspec:\n"
       .. "  config: {loadbalancer: lb.example}\n"
-      .. "  hosts:\n    - {role: controller, ssh: {address: 10.0.0.1, user: root}}\n")
+      .. "  hosts:\n    - {role: controller, ssh: {address: 127.0.0.1, user: root}}\n")
     for _, argv in ipairs({ { "apply", "--dry-run", cluster, "--distro", pkg },
                             { "apply", "--dry-run", pkg, "--config", cluster } }) do
       local code, _, err = support.run(argv)
