@@ -24,8 +24,16 @@ local M = {}
 M.KINDS = { run = true, write = true, upload = true, remove = true, service = true, step = true, note = true }
 M.SERVICE_VERBS = { start = true, stop = true, restart = true, reload = true, enable = true, disable = true }
 
+-- want: the Lua type (default "string", which must then be non-empty); "content" is any
+-- string, the empty one included (an empty file is a file).
 local function need(t, field, kind, want)
   local v = t[field]
+  if want == "content" then
+    if type(v) ~= "string" then
+      error(string.format("action %s: %s must be a string, not %s", kind, field, type(v)), 3)
+    end
+    return v
+  end
   if type(v) ~= (want or "string") or (type(v) == "string" and v == "") then
     error(string.format("action %s: %s must be a %s%s, not %s", kind, field, want or "string",
       (want or "string") == "string" and " (non-empty)" or "", v == "" and "empty" or type(v)), 3)
@@ -68,7 +76,7 @@ end
 
 function M.write(t)
   need(t, "path", "write")
-  need(t, "content", "write", "string")
+  need(t, "content", "write", "content")
   check_mode(t, "write")
   return make("write", t, string.format("write %s (%d bytes%s)", t.path, #t.content,
     t.mode and (", mode " .. t.mode) or ""))
