@@ -1,6 +1,7 @@
 -- distros.package: reads what apply needs from a distro.yaml (kind ZarfDistro): engine type, version, architectures.
 --
--- read(path) -> {type, version, architectures = {..}, name, file, engine} | nil, why
+-- read(path) -> {type, version, architectures = {..}, name, file, engine, manifests = {path..},
+--   image_config = spec.config.imageConfig | nil} | nil, why
 -- engine: spec.config.engine as written ({config, audit, podSecurity, manifest}), which the
 -- engine configurers render from.
 -- path is a distro.yaml or a directory holding one. Architectures: build.architectures
@@ -62,7 +63,10 @@ function M.read(path)
     or { "amd64" }
   local section = field(d, "spec", "config", "engine")
   return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = path,
-           engine = type(section) == "table" and section or {} }
+           engine = type(section) == "table" and section or {},
+           manifests = list_of(field(d, "spec", "config", "manifests")) or {},
+           image_config = type(field(d, "spec", "config", "imageConfig")) == "table"
+             and field(d, "spec", "config", "imageConfig") or nil }
 end
 
 return M

@@ -19,8 +19,11 @@ ordered phases of apply (docs/dry-run.md lists them).
 
 IN THIS BUILD: phases 1-7 (connect, detect operating systems, gather host facts, validate
 hosts, gather distro facts, check for nodes no longer in the config, acquire the host
-lock), 30 (release the lock) and 31 (disconnect). Phases 8-29 (preparing hosts, uploads,
-installing and upgrading engines) are not in this build: apply installs and upgrades
+lock), 18-22 (import images, configure engine, initialize controllers, apply manifests,
+initialize workers: with --distro, nodes not running yet are configured, installed from
+the engine files staged on them, started and waited for until Ready), 30 (release the
+lock) and 31 (disconnect). Phases 8-17 (preparing hosts, uploads) and 23-29 (upgrades,
+config sync, kubeconfig, labels) are not in this build: apply uploads and upgrades
 nothing yet, and its report says so.
 
 With --dry-run, apply connects to every host and runs the read-only phases for real, then

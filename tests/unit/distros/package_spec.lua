@@ -33,7 +33,7 @@ spec:
   config: {}
 ]])
     assert.same({ type = "rke2", version = "1.35.4-rke2r1", architectures = { "amd64", "arm64" },
-                  name = "demo-rke2", file = p, engine = {} }, package_reader.read(p))
+                  name = "demo-rke2", file = p, engine = {}, manifests = {} }, package_reader.read(p))
   end)
 
   it("carries spec.config.engine for the engine configurers to render", function()

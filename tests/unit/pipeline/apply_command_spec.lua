@@ -222,8 +222,8 @@ describe("apply with a pipeline", function()
   it("--help says what is not in this build, what a dry run does, consent and exit codes", function()
     local code, out = support.run({ "apply", "--help" })
     assert.are.equal(0, code)
-    assert.matches("Phases 8-29 (preparing hosts, uploads,\ninstalling and upgrading engines) are not in this build",
-      out, 1, true)
+    assert.matches("Phases 8-17 (preparing hosts, uploads) and 23-29 (upgrades,\nconfig sync, kubeconfig, labels)"
+      .. " are not in this build", out, 1, true)
     assert.matches("takes no host lock", out, 1, true)
     assert.matches("--confirm is needed", out, 1, true)
     assert.matches("3 work is pending", out, 1, true)

@@ -99,6 +99,11 @@ local SPEC = {
   [5] = { "Gathering facts about the distro installed", "read_only" },
   [6] = { "Checking for nodes no longer in the config", "read_only" },
   [7] = { "Acquire exclusive host lock", "reported" },
+  [18] = { "Import images", "reported" },
+  [19] = { "Configure engine", "reported" },
+  [20] = { "Initialize Controller", "reported" },
+  [21] = { "Apply manifests", "reported" },
+  [22] = { "Initialize Worker", "reported" },
   [30] = { "Release exclusive host lock", "reported" },
   [31] = { "Disconnect from hosts", "own" },
 }
