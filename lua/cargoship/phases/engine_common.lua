@@ -47,7 +47,7 @@ function M.apply_one(ctx, host)
   local ok, err = ctx:apply(host)
   if ok then return true end
   local msg = tostring(type(err) == "table" and (err.err or err[1] and err[1].err) or err)
-  if not msg:find(host.name, 1, true) then msg = host.name .. ": " .. msg end
+  if msg:sub(1, #host.name + 2) ~= host.name .. ": " then msg = host.name .. ": " .. msg end
   local svc = ctx.engine and host.role and ctx.engine.services and ctx.engine.services[host.role]
   if svc then msg = msg .. M.service_log(host, svc) end
   return nil, msg
@@ -65,7 +65,7 @@ function M.steps.wait_ready(ctx, _, a)
     local last = out and (code == 0 and ("Ready is " .. (out:match("%S+") or "unknown")) or (err ~= "" and err or out))
       or tostring(err)
     if loop.now() >= deadline then
-      return nil, string.format("node %s is not Ready after %d s (through %s's kubectl: %s)", a.node,
+      return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
         a.timeout or M.READY_TIMEOUT, leader.name, (tostring(last):gsub("%s+$", "")))
     end
     loop.sleep(M.READY_INTERVAL)

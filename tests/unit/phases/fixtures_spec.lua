@@ -5,7 +5,8 @@
 --   module       the phase module ("cargoship.phases.acquire_lock"), or
 --   file         a custom phase file, loaded as apply loads it (contrib/phases/motd.lua)
 --   host         {name, role, facts}: the host entry and the facts earlier phases found
---   ctx          context fields: dry_run (default true), cluster, locks, leader, ...
+--   ctx          context fields: dry_run (default true), cluster, distro (the package: sets
+--                ctx.engine), join_secret, locks, ... (the host is the leader when a controller)
 --   probes       answers to host:probes keys: a string (stdout, exit 0), {out, code}, or
 --                {fixture = "os-release/debian-12"} (a file under tests/fixtures)
 --   commands     answers to any other command: {match = substring, out, code}; a command
@@ -100,9 +101,9 @@ local function run_case(case, id)
   local host = support.host({ name = cfg.name, role = cfg.role }, answers_of(case))
   for k, v in pairs(cfg.facts or {}) do host.facts[k] = v end
   local fields = case.ctx or {}
-  local ctx = support.ctx({ host }, { cluster = fields.cluster, dry_run = fields.dry_run })
+  local ctx = support.ctx({ host }, { cluster = fields.cluster, dry_run = fields.dry_run, distro = fields.distro })
   for k, v in pairs(fields) do
-    if k ~= "cluster" and k ~= "dry_run" then ctx[k] = v end
+    if k ~= "cluster" and k ~= "dry_run" and k ~= "distro" then ctx[k] = v end
   end
   local ok, a, b = loop.run(function()
     local want = case.actions or {}
