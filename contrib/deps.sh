@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config            # the build
-  liblua5.4-dev lua5.4 libssh2-1-dev libyaml-dev libssl-dev libedit-dev
+  liblua5.4-dev lua5.4 libssh2-1-dev libyaml-dev libssl-dev libedit-dev libarchive-dev
   lua-cjson lua-busted lua-check shellcheck   # Lua libraries, specs, lint
   openssh-client openssh-server debootstrap iproute2 util-linux procps psmisc  # the lab
   tmux valgrind time                          # terminal, leak tests, benchmarks

@@ -1,15 +1,30 @@
--- distros.package: reads what apply needs from a distro.yaml (kind ZarfDistro): engine type, version, architectures.
+-- distros.package: loads a distro package (archive, directory or bare distro.yaml), verifies it, lists its files.
 --
--- read(path) -> {type, version, architectures = {..}, name, file, engine, manifests = {path..},
---   image_config = spec.config.imageConfig | nil} | nil, why
--- engine: spec.config.engine as written ({config, audit, podSecurity, manifest}), which the
--- engine configurers render from.
--- path is a distro.yaml or a directory holding one. Architectures: build.architectures
--- (written by create, authoritative), else build.architecture, else
--- metadata.architectures, else metadata.architecture, else amd64 (the build's default).
+-- read(path) -> pkg | nil, why
+--   path: a built package archive (.tar.zst, .tar, .tar.gz: unpacked to a temp directory),
+--   an unpacked package directory, or a distro.yaml (or its directory) not built yet.
+--   A built package (checksums.txt or metadata.aggregateChecksum present) is verified
+--   whole (M.verify) before anything else reads it; an unbuilt distro.yaml gives the engine
+--   facts only, and the upload phases refuse it when it lists files (pkg.built = false).
+--   pkg = {type, version, architectures, name, file, engine,        -- as before
+--          built, dir, temp (dir is ours to remove), doc (the ZarfDistro document),
+--          aggregate, files = {entry..}, os_files = {entry..}, images = {ref..},
+--          image_config = {path, compression}, values_files = {..},
+--          manifests = {path..} (spec.config.manifests: applied from the leader, upstream)}
+--   entry = {list = "files"|"os", index, name, staged (local path), target (full remote path),
+--            mode "0644", owner, group, symlinks = {..}, executable, selector = {package,
+--            profile, arch = {..}}}
+-- verify(dir, doc?) -> true | nil, why: every failure names the file (distro-package.md §11,
+--   with §14.6 fixed: a listed file that is missing is an error).
+-- Architectures: build.architectures (written by create, authoritative), else
+-- build.architecture, else metadata.architectures, else metadata.architecture, else amd64.
+-- os: spec.config.os checked and normalized (distros.os_config).
 local engine = require "distros.engine"
+local util = require "cargoship.util"
 
 local M = {}
+
+M.ARCHIVE_SUFFIXES = { ".tar.zst", ".tar.gz", ".tgz", ".tar" }
 
 local function list_of(v)
   if type(v) == "string" and v ~= "" then return { v } end
@@ -39,34 +54,270 @@ local function field(t, ...)
   end
   return t
 end
+M.field = field
+
+local function read_bytes(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+M.read_bytes = read_bytes
+
+local function sh_lines(cmd)
+  local p = assert(io.popen(cmd))
+  local out = {}
+  for l in p:lines() do out[#out + 1] = l end
+  local ok = p:close()
+  return out, ok
+end
+
+function M.is_archive(path)
+  for _, s in ipairs(M.ARCHIVE_SUFFIXES) do
+    if path:sub(-#s) == s then return true end
+  end
+  return false
+end
+
+-- A path inside the package: relative, no "..", no empty or "." component.
+function M.safe_relative(p)
+  if type(p) ~= "string" or p == "" or p:sub(1, 1) == "/" or p:find("\\", 1, true) then return false end
+  for part in (p .. "/"):gmatch("([^/]*)/") do
+    if part == ".." or part == "" or part == "." then return false end
+  end
+  return true
+end
+
+-- A target on the host: absolute, and no ".." (a "/etc/../x" is refused rather than guessed).
+function M.safe_target(p)
+  if type(p) ~= "string" or p:sub(1, 1) ~= "/" or p:find("[%z\n]") then return false end
+  for part in p:gmatch("[^/]+") do
+    if part == ".." then return false end
+  end
+  return true
+end
+
+-- perm as distro.yaml writes it ("0644", "644" or 644, read as octal digits) -> "0644" | nil, why.
+-- Rules (§8): digits 0-7, greater than 0, the owner may at least read (owner digit >= 4).
+function M.perm(v)
+  if v == nil then return nil end
+  local s = type(v) == "number" and math.tointeger(v) and tostring(math.tointeger(v)) or v
+  if type(s) ~= "string" or not s:match("^[0-7]?[0-7][0-7][0-7]$") then
+    return nil, "must be an octal mode such as \"0644\", got " .. tostring(v)
+  end
+  if #s == 3 then s = "0" .. s end
+  if tonumber(s, 8) == 0 then return nil, "must be greater than 0, got " .. tostring(v) end
+  if tonumber(s:sub(2, 2)) < 4 then return nil, "the owner must be able to read the file, got " .. tostring(v) end
+  return s
+end
+
+local function basename(p) return (p:gsub("/+$", "")):match("([^/]*)$") end
+M.basename = basename
+
+-- The normalised file entries of a list (config.files or config.os.files) -> entries | nil, why
+local function entries_of(doc, dir, which)
+  local key = which == "os" and "spec.config.os.files" or "spec.config.files"
+  local list = which == "os" and field(doc, "spec", "config", "os", "files") or field(doc, "spec", "config", "files")
+  local out = {}
+  if list == nil then return out end
+  if type(list) ~= "table" then return nil, key .. ": must be a list" end
+  for i, f in ipairs(list) do
+    local at = string.format("%s[%d]", key, i - 1)
+    if type(f) ~= "table" then return nil, at .. ": must be a mapping" end
+    if not M.safe_target(f.target) then
+      return nil, string.format("%s.target: %s must be an absolute path without '..'", at, tostring(f.target))
+    end
+    local mode, why = M.perm(f.perm)
+    if f.perm ~= nil and not mode then return nil, at .. ".perm: " .. why end
+    local sel = type(f.selector) == "table" and f.selector or {}
+    local arch = list_of(sel.arch) or {}
+    local target = f.target
+    local src_name = f.source and basename(tostring(f.source)) or nil
+    if f.isDirectory then target = target:gsub("/+$", "") .. "/" .. (f.extractPath and basename(f.extractPath)
+      or src_name or ("file" .. (i - 1))) end
+    local symlinks = {}
+    for j, l in ipairs(type(f.symlinks) == "table" and f.symlinks or {}) do
+      if not M.safe_target(l) then
+        return nil, string.format("%s.symlinks[%d]: %s must be an absolute path without '..'", at, j - 1, tostring(l))
+      end
+      symlinks[#symlinks + 1] = l
+    end
+    out[#out + 1] = {
+      list = which, index = i - 1, name = f.name, target = target,
+      staged = dir and string.format("%s/%s/%d/%s", dir, which, i - 1, basename(target)) or nil,
+      rel = string.format("%s/%d/%s", which, i - 1, basename(target)),
+      mode = mode or (f.executable and "0755" or "0644"), owner = f.user, group = f.group,
+      symlinks = symlinks, executable = f.executable and true or false,
+      selector = { package = sel.package, profile = sel.profile, arch = arch },
+    }
+  end
+  return out
+end
+M.entries_of = entries_of
+
+-- verify(dir, doc) -> true | nil, why
+function M.verify(dir, doc)
+  if not doc then
+    local docs, err = require("cargoship.yaml").load_file(dir .. "/distro.yaml")
+    if not docs then return nil, tostring(err) end
+    doc = pick(docs)
+    if not doc then return nil, dir .. "/distro.yaml: no document with kind: ZarfDistro" end
+  end
+  local sums_path = dir .. "/checksums.txt"
+  local text = read_bytes(sums_path)
+  if not text then return nil, "checksums.txt: missing from the package" end
+  local want = field(doc, "metadata", "aggregateChecksum")
+  if type(want) ~= "string" then return nil, "distro.yaml: metadata.aggregateChecksum is missing" end
+  local agg = util.sha256(text)
+  if agg ~= want then
+    return nil, string.format("checksums.txt: sha256 %s is not metadata.aggregateChecksum %s", agg, want)
+  end
+  local listed, n = {}, 0
+  for line in text:gmatch("([^\n]*)\n") do
+    n = n + 1
+    local sum, rel = line:match("^(%x+) (.+)$")
+    if not sum or #sum ~= 64 then return nil, string.format("checksums.txt:%d: not \"<sha256> <path>\"", n) end
+    if not M.safe_relative(rel) then
+      return nil, string.format("%s: path leaves the package (checksums.txt:%d)", rel, n)
+    end
+    listed[rel] = sum:lower()
+  end
+  if text ~= "" and text:sub(-1) ~= "\n" then return nil, "checksums.txt: the last line has no newline" end
+  local allowed = { ["distro.yaml"] = true, ["checksums.txt"] = true }
+  for _, p in ipairs(list_of(field(doc, "build", "provenanceFiles")) or {}) do allowed[p] = true end
+  -- every file of the tree: listed, or one of the few that are not; never a link
+  local tree = sh_lines("cd " .. util.quote(dir) .. " && find . -mindepth 1 -printf '%y %P\\n' | LC_ALL=C sort -k2")
+  local present = {}
+  for _, l in ipairs(tree) do
+    local kind, rel = l:match("^(%a) (.*)$")
+    if kind == "l" then return nil, rel .. ": a symbolic link (a package holds files and directories only)" end
+    if kind == "f" then
+      present[rel] = true
+      if not listed[rel] and not allowed[rel] then return nil, rel .. ": not listed in checksums.txt" end
+    elseif kind ~= "d" then
+      return nil, rel .. ": not a regular file or directory"
+    end
+  end
+  local names = {}
+  for rel in pairs(listed) do names[#names + 1] = rel end
+  table.sort(names)
+  for _, rel in ipairs(names) do
+    if not present[rel] then return nil, rel .. ": listed in checksums.txt but missing from the package" end
+    local got = util.sha256_file(dir .. "/" .. rel)
+    if got ~= listed[rel] then
+      return nil, string.format("%s: sha256 %s, checksums.txt says %s", rel, tostring(got), listed[rel])
+    end
+  end
+  -- values paths stay inside the package
+  for i, p in ipairs(field(doc, "spec", "values", "files") or {}) do
+    if not M.safe_relative(p) then
+      return nil, string.format("spec.values.files[%d]: %s leaves the package (must be relative, without '..')",
+        i - 1, tostring(p))
+    end
+    if not present[p] then return nil, string.format("spec.values.files[%d]: %s is not in the package", i - 1, p) end
+  end
+  local schema = field(doc, "spec", "values", "schema")
+  if schema ~= nil and not M.safe_relative(schema) then
+    return nil, "spec.values.schema: " .. tostring(schema) .. " leaves the package (must be relative, without '..')"
+  end
+  -- every file entry's staged copy is there
+  for _, which in ipairs({ "files", "os" }) do
+    local list, why = entries_of(doc, dir, which)
+    if not list then return nil, why end
+    for _, e in ipairs(list) do
+      if not present[e.rel] then return nil, e.rel .. ": staged file of " .. (which == "os" and "spec.config.os.files"
+        or "spec.config.files") .. "[" .. e.index .. "] is missing from the package" end
+    end
+  end
+  return true
+end
+
+-- Unpacks an archive into a fresh temp directory -> dir | nil, why
+function M.unpack(path)
+  local archive = require "cargoship.archive"
+  local dir = sh_lines("mktemp -d \"${TMPDIR:-/tmp}/cargoship-pkg.XXXXXX\"")[1]
+  if not dir then return nil, "cannot make a temp directory" end
+  local ok, err = archive.extract(path, dir)
+  if not ok then
+    os.execute("rm -rf " .. util.quote(dir))
+    return nil, path .. ": " .. tostring(err)
+  end
+  return dir
+end
+
+-- Removes a package's temp directory (an unpacked archive); never the operator's directory.
+function M.release(pkg)
+  if pkg and pkg.temp and pkg.dir then os.execute("rm -rf " .. util.quote(pkg.dir)) end
+end
 
 function M.read(path)
   local yaml = require "cargoship.yaml"
-  local docs, err = yaml.load_file(path)
-  if not docs and tostring(err):find("directory", 1, true) then
-    path = path:gsub("/+$", "") .. "/distro.yaml"
-    docs, err = yaml.load_file(path)
+  local dir, temp, yaml_path
+  if M.is_archive(path) then
+    local d, err = M.unpack(path)
+    if not d then return nil, err end
+    dir, temp, yaml_path = d, true, d .. "/distro.yaml"
+  else
+    yaml_path = path
   end
-  if not docs then return nil, err end
+  local docs, err = yaml.load_file(yaml_path)
+  if not docs and tostring(err):find("directory", 1, true) then
+    yaml_path = yaml_path:gsub("/+$", "") .. "/distro.yaml"
+    docs, err = yaml.load_file(yaml_path)
+  end
+  local function fail(why)
+    if temp then os.execute("rm -rf " .. util.quote(dir)) end
+    return nil, why
+  end
+  if not docs then return fail(tostring(err)) end
+  dir = dir or (yaml_path:match("^(.*)/[^/]*$") or ".")
   local d = pick(docs)
-  if not d then return nil, path .. ": no document with kind: ZarfDistro" end
+  if not d then return fail(yaml_path .. ": no document with kind: ZarfDistro") end
   local t, v = field(d, "spec", "type"), field(d, "spec", "version")
   if type(t) ~= "string" or not engine.load(t) then
-    return nil, string.format("%s: spec.type must be one of %s, got %s", path,
-      table.concat(engine.TYPES, ", "), tostring(t))
+    return fail(string.format("%s: spec.type must be one of %s, got %s", yaml_path,
+      table.concat(engine.TYPES, ", "), tostring(t)))
   end
   if type(v) ~= "string" or not engine.parse(v) then
-    return nil, string.format("%s: spec.version must be a version like 1.35.4-rke2r1, got %s", path, tostring(v))
+    return fail(string.format("%s: spec.version must be a version like 1.35.4-rke2r1, got %s", yaml_path, tostring(v)))
   end
+  for _, k in ipairs({ "name", "version" }) do
+    local s = field(d, "metadata", k)
+    if s ~= nil and (type(s) ~= "string" or s == ".." or s:find("[/\\]")) then
+      return fail(string.format("%s: metadata.%s must not be '..' or contain '/' or '\\', got %s", yaml_path, k,
+        tostring(s)))
+    end
+  end
+  local sums = io.open(dir .. "/checksums.txt", "rb")
+  if sums then sums:close() end
+  local built = field(d, "metadata", "aggregateChecksum") ~= nil or sums ~= nil
+  if built then
+    local ok, why = M.verify(dir, d)
+    if not ok then return fail((temp and path or dir) .. ": " .. why) end
+  end
+  local files, ferr = entries_of(d, built and dir or nil, "files")
+  if not files then return fail(yaml_path .. ": " .. ferr) end
+  local os_files, oerr = entries_of(d, built and dir or nil, "os")
+  if not os_files then return fail(yaml_path .. ": " .. oerr) end
   local arches = list_of(field(d, "build", "architectures")) or list_of(field(d, "build", "architecture"))
     or list_of(field(d, "metadata", "architectures")) or list_of(field(d, "metadata", "architecture"))
     or { "amd64" }
   local section = field(d, "spec", "config", "engine")
-  return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = path,
-           engine = type(section) == "table" and section or {},
-           manifests = list_of(field(d, "spec", "config", "manifests")) or {},
-           image_config = type(field(d, "spec", "config", "imageConfig")) == "table"
-             and field(d, "spec", "config", "imageConfig") or nil }
+  local ic = field(d, "spec", "config", "imageConfig") or {}
+  -- spec.config.os: checked here, so a bad section stops apply before any host is touched
+  local os_section, os_err = require("distros.os_config").normalize(field(d, "spec", "config", "os"),
+    yaml_path:match("^(.*)/[^/]*$") or ".")
+  if not os_section then return fail(yaml_path .. ": " .. os_err) end
+  return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = yaml_path,
+           engine = type(section) == "table" and section or {}, os = os_section,
+           built = built, dir = dir, temp = temp or false, doc = d,
+           aggregate = field(d, "metadata", "aggregateChecksum"),
+           files = files, os_files = os_files,
+           images = list_of(ic.images) or {},
+           image_config = { path = ic.path, compression = ic.compression or "none" },
+           values_files = list_of(field(d, "spec", "values", "files")) or {},
+           manifests = list_of(field(d, "spec", "config", "manifests")) or {} }
 end
 
 return M

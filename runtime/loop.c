@@ -12,6 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The coroutine running now, for the signal handler's hook (see signals below). */
+static lua_State *volatile sig_co;
+static void busy_hook(lua_State *L, lua_Debug *ar);
+
 /* ---- clock ------------------------------------------------------------------------ */
 
 double cs_now(void) {
@@ -348,8 +352,11 @@ static void resume(lua_State *L, cs_loop *lp, cs_task *t) {
   }
   t->state = T_RUNNING;
   lp->current = t;
+  sig_co = co;
   int st = lua_resume(co, L, nargs, &nres);
+  sig_co = NULL;
   lp->current = NULL;
+  if (lua_gethook(co) == busy_hook) lua_sethook(co, NULL, 0, 0);
   if (st == LUA_YIELD) {
     lua_pop(co, nres);
     if (t->state == T_RUNNING) {
@@ -363,20 +370,58 @@ static void resume(lua_State *L, cs_loop *lp, cs_task *t) {
   task_done(L, lp, t);
 }
 
-/* ---- signals ------------------------------------------------------------------------ */
+/* ---- signals ------------------------------------------------------------------------
+ * SIGINT, SIGTERM, SIGHUP (a dropped operator session) and SIGQUIT cancel every task, so
+ * destructors end remote commands and release locks; a second SIGINT leaves at once.
+ * SIGPIPE gets a handler that does nothing: writes then fail with EPIPE, which callers
+ * handle, and children (which get default dispositions back on exec) are not affected as
+ * they would be by SIG_IGN. A task busy in Lua never reaches poll(), so the handler also
+ * sets a hook on the running coroutine (lua.c's technique) that cancels from inside it. */
+
+static const int CAUGHT[CS_NSIGNALS] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
 
 static volatile sig_atomic_t sig_count;
 static int sig_fd = -1;
 
 static void on_signal(int signo) {
   int saved = errno;
+  if (signo == SIGPIPE) return;
   if (sig_count++ > 0 && signo == SIGINT) _exit(130);  /* second Ctrl-C: leave at once */
   unsigned char b = (unsigned char)signo;
   if (sig_fd >= 0 && write(sig_fd, &b, 1) < 0) { /* pipe full: a signal is pending anyway */ }
+  lua_State *co = sig_co;
+  if (co) lua_sethook(co, busy_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1000);
   errno = saved;
 }
 
-int cs_loop_signals_install(cs_loop *lp, struct sigaction old[2]) {
+/* Reads the signals the handler queued: the first one names the interruption; each
+ * cancels every task. */
+static void take_signals(cs_loop *lp) {
+  unsigned char b;
+  while (lp->sigpipe[0] >= 0 && read(lp->sigpipe[0], &b, 1) == 1) {
+    if (!lp->interrupted) lp->interrupted = b;
+    cs_loop_cancel_all(lp);
+  }
+}
+
+/* Runs in a busy task after a signal: cancels everything and raises in the task itself,
+ * every 1000 instructions until it yields (a pcall that swallowed the first raise does
+ * not keep it running). Destructors and shielded code are left to finish. */
+static void busy_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  cs_loop *lp = cs_loop_get(L);
+  take_signals(lp);
+  cs_task *t = lp->current;
+  if (!t || t->co != L || !t->cancelled) {
+    lua_sethook(L, NULL, 0, 0);
+    return;
+  }
+  if (t->cleanup) return;
+  lua_pushliteral(L, "cancelled");
+  lua_error(L);
+}
+
+int cs_loop_signals_install(cs_loop *lp, struct sigaction old[CS_NSIGNALS]) {
   if (pipe2(lp->sigpipe, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -384,15 +429,14 @@ int cs_loop_signals_install(cs_loop *lp, struct sigaction old[2]) {
   sigemptyset(&sa.sa_mask);
   sig_count = 0;
   sig_fd = lp->sigpipe[1];
-  sigaction(SIGINT, &sa, &old[0]);
-  sigaction(SIGTERM, &sa, &old[1]);
+  for (int i = 0; i < CS_NSIGNALS; i++) sigaction(CAUGHT[i], &sa, &old[i]);
   return 0;
 }
 
-void cs_loop_signals_restore(cs_loop *lp, struct sigaction old[2]) {
-  sigaction(SIGINT, &old[0], NULL);
-  sigaction(SIGTERM, &old[1], NULL);
+void cs_loop_signals_restore(cs_loop *lp, struct sigaction old[CS_NSIGNALS]) {
+  for (int i = 0; i < CS_NSIGNALS; i++) sigaction(CAUGHT[i], &old[i], NULL);
   sig_fd = -1;
+  sig_co = NULL;
   close(lp->sigpipe[0]);
   close(lp->sigpipe[1]);
   lp->sigpipe[0] = lp->sigpipe[1] = -1;
@@ -441,13 +485,7 @@ static int poll_once(lua_State *L, cs_loop *lp) {
   int r = poll(lp->pfds, n, timeout);
   if (r < 0 && errno != EINTR) return luaL_error(L, "poll: %s", strerror(errno));
   if (r > 0) {
-    if (lp->pfds[0].revents) {
-      unsigned char b;
-      while (read(lp->sigpipe[0], &b, 1) == 1) {
-        if (!lp->interrupted) lp->interrupted = b;
-        cs_loop_cancel_all(lp);
-      }
-    }
+    if (lp->pfds[0].revents) take_signals(lp);
     for (size_t i = 1; i < n; i++) {
       cs_task *t = lp->pfd_task[i];
       if (!lp->pfds[i].revents || t->state != T_WAITING) continue;

@@ -71,7 +71,9 @@ cs_task *cs_loop_spawn(lua_State *L, cs_loop *lp, int fnidx);
 void cs_loop_run_all(lua_State *L, cs_loop *lp);
 void cs_loop_cancel_task(cs_loop *lp, cs_task *t);
 void cs_loop_cancel_all(cs_loop *lp);
-int cs_loop_signals_install(cs_loop *lp, struct sigaction old[2]);
-void cs_loop_signals_restore(cs_loop *lp, struct sigaction old[2]);
+/* SIGINT, SIGTERM, SIGHUP, SIGQUIT cancel; SIGPIPE is caught and does nothing. */
+#define CS_NSIGNALS 5
+int cs_loop_signals_install(cs_loop *lp, struct sigaction old[CS_NSIGNALS]);
+void cs_loop_signals_restore(cs_loop *lp, struct sigaction old[CS_NSIGNALS]);
 
 #endif

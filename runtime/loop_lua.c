@@ -29,7 +29,7 @@ static int l_loop_run(lua_State *L) {
   cs_loop *lp = cs_loop_get(L);
   luaL_checktype(L, 1, LUA_TFUNCTION);
   if (lp->running) return luaL_error(L, "loop.run: the loop is already running");
-  struct sigaction old[2];
+  struct sigaction old[CS_NSIGNALS];
   if (cs_loop_signals_install(lp, old) != 0) return luaL_error(L, "loop.run: pipe: %s", strerror(errno));
   lp->running = 1;
   lp->interrupted = 0;
@@ -136,9 +136,36 @@ static int l_task_cancelled(lua_State *L) {
   return 1;
 }
 
+/* task:stopping() -> true when the task is cancelled and not in its destructors or a shield:
+ * its next wait raises, so whatever it started is about to be wound up. */
+static int l_task_stopping(lua_State *L) {
+  cs_task *t = cs_loop_check_task(L, 1);
+  lua_pushboolean(L, t->cancelled && !t->cleanup && t->state != T_DONE);
+  return 1;
+}
+
 static int l_task_tostring(lua_State *L) {
   lua_pushfstring(L, "task %d", (int)cs_loop_check_task(L, 1)->id);
   return 1;
+}
+
+static int shield_k(lua_State *L, int status, lua_KContext ctx) {
+  cs_loop_running_task(L)->cleanup = (int)ctx;
+  if (status != LUA_OK && status != LUA_YIELD) return lua_error(L);
+  return lua_gettop(L);
+}
+
+/* loop.shield(fn, ...) -> fn's results: runs fn with cancellation held off, as destructors
+ * run: its waits complete even when the task is cancelled meanwhile, and the cancellation
+ * takes effect at the task's next wait after it. For work that must finish once started
+ * (ending a remote command before its host's lock goes); bound its waits yourself. */
+static int l_loop_shield(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  cs_task *t = cs_loop_running_task(L);
+  int prev = t->cleanup;
+  t->cleanup = 1;
+  int st = lua_pcallk(L, lua_gettop(L) - 1, LUA_MULTRET, 0, (lua_KContext)prev, shield_k);
+  return shield_k(L, st, (lua_KContext)prev);
 }
 
 /* loop.defer(fn): fn runs when the current task ends, however it ends (LIFO). */
@@ -187,6 +214,7 @@ static const luaL_Reg task_methods[] = {
   {"status", l_task_status},
   {"id", l_task_id},
   {"cancelled", l_task_cancelled},
+  {"stopping", l_task_stopping},
   {NULL, NULL}
 };
 
@@ -197,6 +225,7 @@ static const luaL_Reg loop_funcs[] = {
   {"sleep", l_loop_sleep},
   {"wait_fd", l_loop_wait_fd},
   {"defer", l_loop_defer},
+  {"shield", l_loop_shield},
   {"current", l_loop_current},
   {"now", l_loop_now},
   {"cancel_all", l_loop_cancel_all},

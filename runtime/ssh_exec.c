@@ -26,6 +26,9 @@ typedef struct {
 enum { A_SESSION = 1, A_CMD, A_OPTS, A_OP, A_DEADLINE };
 
 #define READ_CHUNK 32768   /* libssh2's max packet: larger reads buy nothing */
+/* libssh2 1.10 builds an exec request in one packet of at most 35000 bytes (measured: a
+ * 33000-byte command goes, 35000 fails with -34); refuse before it says so opaquely. */
+#define MAX_COMMAND 32768
 
 /* Doubling growth: 100 MB of output costs O(n) copies, not O(n^2). */
 static int buf_add(membuf *b, const char *data, size_t n) {
@@ -51,7 +54,7 @@ static void op_release(lua_State *L, cs_exec *op) {
   op->holds_ctl = 0;
   if (ss->send_owner == op) {
     /* a packet of ours is half sent and nobody may finish it: the session is lost */
-    cs_ssh_break(L, ss);
+    cs_ssh_break(L, ss, "a command was cut off mid-packet");
   }
   if (op->ch) {
     if (ss->s && ss->state != SS_BROKEN) cs_ssh_abandon(ss, op->ch);
@@ -71,7 +74,7 @@ static int l_exec_gc(lua_State *L) {
 }
 
 static int exec_fail(lua_State *L, cs_exec *op, const char *what, const char *code) {
-  int n = cs_ssh_fail(L, op->ss, what, code);
+  int n = cs_ssh_fail(L, op->ss, code, what, NULL);
   op_release(L, op);
   op->state = E_DONE;
   return n;
@@ -254,7 +257,7 @@ static int step_close(lua_State *L, cs_exec *op) {
 static int exec_step(lua_State *L, cs_exec *op) {
   for (;;) {
     cs_ssh *ss = op->ss;
-    if (ss->state == SS_BROKEN || !ss->s) return exec_fail(L, op, "exec (connection lost)", "closed");
+    if (ss->state == SS_BROKEN || !ss->s) return exec_fail(L, op, "exec", "closed");
     cs_ssh_reap(L, ss, op);
     if (!cs_ssh_may_call(ss, op)) return wait_turn(L, op);
     int r;
@@ -284,11 +287,9 @@ static int exec_k(lua_State *L, int status, lua_KContext ctx) {
   if (w == CS_WAKE_TIMEOUT) {
     op_release(L, op);
     op->state = E_DONE;
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s: exec: timed out after %s s", op->ss->name,
-                    lua_tostring(L, A_DEADLINE + 1));
-    lua_pushliteral(L, "timeout");
-    return 3;
+    double t = lua_tonumber(L, A_DEADLINE + 1);
+    if (t == (double)(int)t) return cs_ssh_fail(L, op->ss, "timeout", "exec", "timed out after %d s", (int)t);
+    return cs_ssh_fail(L, op->ss, "timeout", "exec", "timed out after %f s", t);
   }
   return exec_step(L, op);
 }
@@ -299,20 +300,19 @@ static int exec_k(lua_State *L, int status, lua_KContext ctx) {
  * a stream is handed over chunk by chunk and not kept; callbacks must not wait. */
 static int l_ssh_exec(lua_State *L) {
   cs_ssh *ss = cs_ssh_check(L, A_SESSION);
-  luaL_checkstring(L, A_CMD);
+  size_t cmdlen;
+  luaL_checklstring(L, A_CMD, &cmdlen);
+  if (cmdlen > MAX_COMMAND)
+    return cs_ssh_fail(L, ss, "io", "exec", "the command is %d bytes, over the %d an exec request holds; "
+                       "send a longer script over stdin", (int)cmdlen, MAX_COMMAND);
   if (lua_isnoneornil(L, A_OPTS)) {
     lua_settop(L, A_CMD);
     lua_newtable(L);
   }
   luaL_checktype(L, A_OPTS, LUA_TTABLE);
   lua_settop(L, A_OPTS);
-  if (ss->state != SS_READY) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s: exec: session is not ready (%s)", ss->name,
-                    ss->state == SS_BROKEN ? "connection lost" : "not authenticated");
-    lua_pushliteral(L, "closed");
-    return 3;
-  }
+  if (ss->state == SS_BROKEN) return cs_ssh_fail(L, ss, "closed", "exec", NULL);
+  if (ss->state != SS_READY) return cs_ssh_fail(L, ss, "closed", "exec", "session is not ready (not authenticated)");
   cs_exec *op = lua_newuserdatauv(L, sizeof *op, 1);
   memset(op, 0, sizeof *op);
   op->ss = ss;

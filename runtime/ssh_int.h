@@ -56,6 +56,9 @@ typedef struct cs_ssh {
   int jump_ref;            /* registry ref keeping a bastion tunnel alive */
   char *kh_path;           /* accept-new appends here */
   struct cs_resolve *resolve;  /* a host name being resolved */
+  char why[96];            /* why the session broke, for every later failure message */
+  unsigned long ka_rx;     /* ss->rx at the last keepalive tick */
+  int ka_misses;           /* ticks in a row with an operation waiting and nothing received */
 } cs_ssh;
 
 /* The session at stack index idx; raises when it is not open.  [-0, +0, v] */
@@ -80,13 +83,25 @@ void cs_ssh_reap(lua_State *L, cs_ssh *ss, const void *op);
 /* Hands a channel whose operation was cut short to the reaper. */
 void cs_ssh_abandon(cs_ssh *ss, LIBSSH2_CHANNEL *ch);
 
-/* Pushes nil, "<host>: <op>: <libssh2 message>", code.  [-0, +3, m] */
-int cs_ssh_fail(lua_State *L, cs_ssh *ss, const char *op, const char *code);
+/* The SSH family's one failure triple: pushes nil, "<host>: <op>: <detail>", code and
+ * returns 3. detail is fmt formatted as lua_pushfstring does; with fmt NULL it is libssh2's
+ * last error, or why the session broke. ss NULL names "localhost" (a local file failed).
+ * code is one of timeout, refused, auth, hostkey, closed, exit, io: anything else is a bug
+ * in the caller and raises.  [-0, +3, e] */
+int cs_ssh_fail(lua_State *L, cs_ssh *ss, const char *code, const char *op, const char *fmt, ...);
 
-/* Marks the session broken: socket shut down, every later call fails at once. */
-void cs_ssh_break(lua_State *L, cs_ssh *ss);
+/* Marks the session broken: socket shut down, every later call fails at once, naming why
+ * (NULL: "connection lost"). */
+void cs_ssh_break(lua_State *L, cs_ssh *ss, const char *why);
+
+/* Frees the session's libssh2 state and socket without a goodbye (abort, __gc). */
+void cs_ssh_hard_close(cs_ssh *ss);
+
+/* Adds ssh.connect (ssh_connect.c) to the module table at -1.  [-0, +0, m] */
+void cs_ssh_connect_register(lua_State *L);
 
 /* Registers the exec and sftp methods into the session method table at -1. */
+void cs_ssh_agent_methods(lua_State *L);
 void cs_ssh_exec_methods(lua_State *L);
 void cs_ssh_sftp_methods(lua_State *L);
 void cs_ssh_tunnel_methods(lua_State *L);

@@ -30,7 +30,7 @@ static int l_ssh_known_hosts(lua_State *L) {
     if (libssh2_knownhost_readfile(k->kh, path, LIBSSH2_KNOWNHOST_FILE_OPENSSH) < 0) {
       char *msg;
       libssh2_session_last_error(k->owner, &msg, NULL, 0);
-      return cs_fail(L, path, "known_hosts", msg, "io");
+      return cs_ssh_fail(L, NULL, "io", "known_hosts", "%s: %s", path, msg);
     }
   }
   return 1;

@@ -45,7 +45,7 @@ static void op_cleanup(lua_State *L, cs_sftp *op) {
     ss->sftp_owner = NULL;
     cs_waitq_wake(L, &ss->q);
   }
-  if (ss && ss->send_owner == op) cs_ssh_break(L, ss);
+  if (ss && ss->send_owner == op) cs_ssh_break(L, ss, "a transfer was cut off mid-packet");
   /* a handle cut short cannot be closed without waiting; freeing the session frees it */
   op->h = NULL;
   if (op->map && op->size) munmap(op->map, op->size);
@@ -69,23 +69,19 @@ static int l_sftp_gc(lua_State *L) {
 static int sftp_fail(lua_State *L, cs_sftp *op, const char *what) {
   cs_ssh *ss = op->ss;
   unsigned long code = ss->sftp ? libssh2_sftp_last_error(ss->sftp) : 0;
-  char *msg = NULL;
-  int rc = ss->s ? libssh2_session_last_error(ss->s, &msg, NULL, 0) : 0;
-  lua_pushnil(L);
-  if (rc == LIBSSH2_ERROR_SFTP_PROTOCOL)
-    lua_pushfstring(L, "%s: %s %s: sftp status %d", ss->name, what, lua_tostring(L, A_REMOTE), (int)code);
+  int rc = ss->s ? libssh2_session_last_errno(ss->s) : 0;
+  const char *op_name = lua_pushfstring(L, "%s %s", what, lua_tostring(L, A_REMOTE));
+  const char *kind = ss->state == SS_BROKEN ? "closed" : "io";
+  if (rc == LIBSSH2_ERROR_SFTP_PROTOCOL && ss->state != SS_BROKEN)
+    cs_ssh_fail(L, ss, kind, op_name, "sftp status %d", (int)code);
   else
-    lua_pushfstring(L, "%s: %s %s: %s (libssh2 %d)", ss->name, what, lua_tostring(L, A_REMOTE),
-                    msg && *msg ? msg : "failed", rc);
-  lua_pushstring(L, ss->state == SS_BROKEN ? "closed" : "io");
+    cs_ssh_fail(L, ss, kind, op_name, NULL);
   op_cleanup(L, op);
   return 3;
 }
 
 static int local_fail(lua_State *L, cs_sftp *op, const char *what, int err) {
-  lua_pushnil(L);
-  lua_pushfstring(L, "localhost: %s %s: %s", what, lua_tostring(L, A_LOCAL), strerror(err));
-  lua_pushliteral(L, "io");
+  cs_ssh_fail(L, NULL, "io", lua_pushfstring(L, "%s %s", what, lua_tostring(L, A_LOCAL)), "%s", strerror(err));
   op_cleanup(L, op);
   return 3;
 }
@@ -203,9 +199,7 @@ static int sftp_step(lua_State *L, cs_sftp *op) {
   for (;;) {
     cs_ssh *ss = op->ss;
     if (ss->state == SS_BROKEN || !ss->s) {
-      lua_pushnil(L);
-      lua_pushfstring(L, "%s: sftp: connection lost", ss->name);
-      lua_pushliteral(L, "closed");
+      cs_ssh_fail(L, ss, "closed", "sftp", NULL);
       op_cleanup(L, op);
       return 3;
     }
@@ -235,10 +229,8 @@ static int sftp_k(lua_State *L, int status, lua_KContext ctx) {
   }
   if (w == CS_WAKE_TIMEOUT) {
     /* the handle is in an unknown state mid-pipeline: the session cannot be trusted */
-    cs_ssh_break(L, op->ss);
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s: sftp: %s timed out", op->ss->name, lua_tostring(L, A_REMOTE));
-    lua_pushliteral(L, "timeout");
+    cs_ssh_break(L, op->ss, "an SFTP transfer timed out mid-pipeline");
+    cs_ssh_fail(L, op->ss, "timeout", "sftp", "%s timed out", lua_tostring(L, A_REMOTE));
     op_cleanup(L, op);
     return 3;
   }
@@ -270,10 +262,8 @@ static cs_sftp *new_op(lua_State *L, cs_ssh *ss, int kind) {
 }
 
 static int not_ready(lua_State *L, cs_ssh *ss) {
-  lua_pushnil(L);
-  lua_pushfstring(L, "%s: sftp: session is not ready", ss->name);
-  lua_pushliteral(L, "closed");
-  return 3;
+  if (ss->state == SS_BROKEN) return cs_ssh_fail(L, ss, "closed", "sftp", NULL);
+  return cs_ssh_fail(L, ss, "closed", "sftp", "session is not ready");
 }
 
 /* session:sftp_put(local, remote, {mode, timeout}) -> bytes | nil, msg, code

@@ -32,7 +32,7 @@ static void tunnel_release(lua_State *L, cs_tunnel *t) {
     ss->ctl_owner = NULL;
     cs_waitq_wake(L, &ss->q);
   }
-  if (ss && ss->send_owner == t) cs_ssh_break(L, ss);
+  if (ss && ss->send_owner == t) cs_ssh_break(L, ss, "a tunnel was cut off mid-packet");
   if (t->ch && ss && ss->s && ss->state == SS_READY) {
     ss->channels++;            /* the reaper counts down what it frees */
     cs_ssh_abandon(ss, t->ch);
@@ -59,7 +59,7 @@ static int forward_step(lua_State *L, cs_tunnel *t) {
   cs_ssh *ss = t->ss;
   double deadline = lua_tonumber(L, 5);
   for (;;) {
-    if (ss->state != SS_READY) return cs_ssh_fail(L, ss, "tunnel (bastion connection lost)", "closed");
+    if (ss->state != SS_READY) return cs_ssh_fail(L, ss, "closed", "tunnel (bastion)", NULL);
     cs_ssh_reap(L, ss, t);
     if (!cs_ssh_may_call(ss, t) || (ss->ctl_owner && ss->ctl_owner != t))
       return cs_wait(L, -1, 0, &ss->q, deadline, 0, forward_k);
@@ -73,7 +73,7 @@ static int forward_step(lua_State *L, cs_tunnel *t) {
     ss->ctl_owner = NULL;
     cs_waitq_wake(L, &ss->q);
     if (rc) {
-      int n = cs_ssh_fail(L, ss, "tunnel to target (bastion could not connect)", "refused");
+      int n = cs_ssh_fail(L, ss, "refused", "tunnel to target (bastion could not connect)", NULL);
       tunnel_release(L, t);
       return n;
     }
@@ -90,10 +90,7 @@ static int forward_k(lua_State *L, int status, lua_KContext ctx) {
   if (w != CS_WAKE_READY) {
     tunnel_release(L, t);
     if (w == CS_WAKE_CANCELLED) return cs_raise_cancelled(L);
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s: tunnel to %s: timed out", t->ss->name, lua_tostring(L, 2));
-    lua_pushliteral(L, "timeout");
-    return 3;
+    return cs_ssh_fail(L, t->ss, "timeout", lua_pushfstring(L, "tunnel to %s", lua_tostring(L, 2)), "timed out");
   }
   return forward_step(L, t);
 }

@@ -7,12 +7,13 @@
 -- run gets args = { positional = {...}, options = {...its own options, defaults filled} };
 -- global options are in ctx.options.
 local args = require "cargoship.cli.args"
+local lines_lib = require "cargoship.lines"
 local log = require "cargoship.log"
 
 local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
-M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault" }
+M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault", "package" }
 
 M.EXIT = {
   ok = 0,
@@ -32,7 +33,7 @@ M.EXIT_DOC = {
   { "pending", "dry run finished and work is pending" },
   { "locked", "another cargoship holds a host lock" },
   { "internal", "internal error (a bug; re-run with -vv and report the traceback)" },
-  { "interrupted", "interrupted (SIGINT or SIGTERM)" },
+  { "interrupted", "interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT)" },
 }
 
 M.GLOBAL_OPTIONS = {
@@ -80,7 +81,7 @@ function M.top_help(commands)
   local width = 0
   for _, cmd in ipairs(commands) do width = math.max(width, #cmd.name) end
   for _, cmd in ipairs(commands) do
-    lines[#lines + 1] = string.format("  %-" .. width .. "s  %s", cmd.name, cmd.summary)
+    lines[#lines + 1] = "  " .. lines_lib.pad(cmd.name, width) .. "  " .. cmd.summary
   end
   lines[#lines + 1] = ""
   lines[#lines + 1] = "Global options (before or after the command):"
@@ -289,7 +290,7 @@ local function dispatch(argv, out, state)
   local cmd = by_name[name]
   if not cmd then
     local hint = args.suggest(name, command_names(commands))
-    local msg = "unknown command '" .. name .. "'"
+    local msg = "unknown command '" .. args.shown(name) .. "'"
     if hint then msg = msg .. " (did you mean '" .. hint .. "'?)" end
     return usage_error(out, msg)
   end

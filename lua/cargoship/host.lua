@@ -4,7 +4,8 @@
 -- Writes: host:run(cmd, opts), host:check(cmd, opts), host:write_file(path, content, opts),
 --         host:upload(local, remote, opts), host:remove(path),
 --         host:apply(actions, opts): executes action records (cargoship.action), see below
--- Session: host:connect() through the transport the command gave the host, host:connected(),
+-- Session: host:connect() through the transport the command gave the host, host:reconnect()
+--          (a new login in place of the current one), host:connected(),
 --          host:disconnect() (removes this run's temp files, closes the session)
 -- Commands run under sudo (when the login user is not root) unless opts.sudo == false.
 -- During a dry run every write raises "<host>: dry run: refused to <what>": a phase that
@@ -85,6 +86,22 @@ local function refuse(self, what)
     self.refused[#self.refused + 1] = what
     error(string.format("%s: dry run: refused to %s", self.name, what), 0)
   end
+end
+
+-- host:reconnect() -> true | nil, msg, code: a fresh session in place of the current one, so
+-- what a new login reads (/etc/environment through pam_env) applies to the commands after
+-- it. The new session is opened before the old one closes: a task using the host meanwhile
+-- (the lock's refresher) never finds it unconnected. A dry run refuses it: a plan must not
+-- depend on a session the real run would have.
+function Host:reconnect()
+  refuse(self, "reconnect")
+  if not self.transport then return nil, self.name .. ": no transport to connect with", "closed" end
+  local conn, err, code = self.transport:connect(self.config.connection or {}, self.name)
+  if not conn then return nil, err, code end
+  local old = self.conn
+  self:attach(conn)
+  if old then old:close() end
+  return true
 end
 
 -- Every command gets a deadline: a host that stops answering mid-command must fail that

@@ -17,6 +17,24 @@ M.null = setmetatable({}, { __tostring = function() return "null" end })
 
 local NAMED = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
 
+-- JSON text is UTF-8 (RFC 8259 §8.1); a Lua string is bytes, and messages carry bytes from
+-- the cluster file and the environment. Every byte that does not start a valid character
+-- (stray continuation bytes, truncated or overlong sequences, surrogates) becomes U+FFFD.
+local function valid_utf8(s)
+  if utf8.len(s) then return s end
+  local out, i = {}, 1
+  while true do
+    local ok, bad = utf8.len(s, i)
+    if ok then out[#out + 1] = s:sub(i); break end
+    out[#out + 1] = s:sub(i, bad - 1)
+    out[#out + 1] = "\u{FFFD}"
+    i = bad + 1
+    if i > #s then break end
+  end
+  return table.concat(out)
+end
+M.valid_utf8 = valid_utf8
+
 local function sorted_keys(map)
   local keys = {}
   for k in pairs(map) do keys[#keys + 1] = tostring(k) end
@@ -37,7 +55,7 @@ local function encode(v)
     if tonumber(s) ~= v then s = string.format("%.17g", v) end
     return s
   elseif t == "string" then
-    return '"' .. v:gsub('[%c"\\]', function(c)
+    return '"' .. valid_utf8(v):gsub('[%c"\\]', function(c)
       return NAMED[c] or string.format("\\u%04x", c:byte())
     end) .. '"'
   elseif t == "table" then

@@ -4,6 +4,8 @@
 -- debug level with a timestamp, so a quiet run still leaves the whole story behind. Child
 -- loggers (`for_host`) share the parent's stream, file, level and secrets; they only add a
 -- host column. Secrets registered on any of them are masked everywhere, including the file.
+local lines = require "cargoship.lines"
+
 local M = {}
 
 M.LEVELS = { quiet = 0, error = 1, warn = 2, info = 3, verbose = 4, debug = 5 }
@@ -20,7 +22,13 @@ local function paint(on, code, s)
 end
 
 -- Replaces every registered secret in s; longest first, so a secret containing another
--- shorter one is not left half-masked.
+-- shorter one is not left half-masked. Masking by substring is a safety net, not the rule:
+-- values of secret fields are kept out of messages by field (the loader never quotes them,
+-- commands never format them). A short secret is not masked by substring at all: "1" or "admin" masked
+-- wherever it occurs would blank unrelated text ("3 hosts, ****** failed") and so show
+-- everyone what the secret is.
+M.MIN_MASKED = 8
+
 local function redact(shared, s)
   for _, secret in ipairs(shared.secrets) do
     local out, pos = {}, 1
@@ -54,7 +62,7 @@ local function emit(self, level, fmt, ...)
   msg = redact(shared, msg)
   local column = ""
   if self.host then
-    column = string.format("%-" .. shared.width .. "s | ", redact(shared, self.host))
+    column = lines.prefix(redact(shared, self.host), shared.width)
   end
   for line in (msg .. "\n"):gmatch("(.-)\n") do
     if console then
@@ -93,9 +101,11 @@ function Logger:for_host(name)
   return setmetatable({ shared = shared, host = name, color = color }, Logger)
 end
 
--- Registers a string that must never be printed or written to the log file.
+-- Registers a string that must never be printed or written to the log file. Only secrets of
+-- at least M.MIN_MASKED bytes are masked by substring (see redact); shorter ones must be
+-- kept out by field.
 function Logger:redact(secret)
-  if type(secret) ~= "string" or secret == "" then return end
+  if type(secret) ~= "string" or #secret < M.MIN_MASKED then return end
   local secrets = self.shared.secrets
   for _, s in ipairs(secrets) do
     if s == secret then return end
@@ -111,11 +121,16 @@ function Logger:writer(stream)
     write = function(w, ...)
       local parts = table.pack(...)
       for i = 1, parts.n do parts[i] = tostring(parts[i]) end
-      stream:write(redact(shared, table.concat(parts, "", 1, parts.n)))
+      -- a failed write (EPIPE: the reader went away) is the caller's to see
+      local ok, err = stream:write(redact(shared, table.concat(parts, "", 1, parts.n)))
+      if not ok then return nil, err end
       return w
     end,
     flush = function(w)
-      if stream.flush then stream:flush() end
+      if stream.flush then
+        local ok, err = stream:flush()
+        if not ok then return nil, err end
+      end
       return w
     end,
   }

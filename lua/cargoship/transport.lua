@@ -4,6 +4,25 @@
 -- login user is not root, decided once per host). Every command travels as `sh -c <quoted>`
 -- followed by a marker carrying its exit status on stderr, because libssh2 1.10 reports
 -- "exit 0" for a channel that never received an exit status (notes/libssh2.md §7).
+--
+-- Ending what we started: closing a channel does not stop the command behind it (sshd sends
+-- no signal without a pty), so every command runs with CARGOSHIP_CMD=<tag> in its
+-- environment, which its children inherit. When a command is cancelled or times out, a
+-- second channel on the same session finds every process carrying the tag
+-- (/proc/*/environ), sends TERM, then KILL after 2 s, and returns once none is left; only
+-- then does exec return (or re-raise the cancellation). A command started on a connection
+-- after that waits until the ends of its cancelled commands are confirmed, so a host's lock,
+-- released through the same connection, goes only after the commands it guarded.
+-- Processes that drop their environment (env -i, a service manager's units) are not ours.
+--
+-- Dead hosts: a keepalive task per connection asks the host for an answer every
+-- `keepalive` seconds (default 10; ServerAliveInterval in the host's ssh options); after
+-- `keepalive_count_max` (default 3; ServerAliveCountMax) silent rounds while a command
+-- waits, the session is broken and every command on it fails "closed".
+--
+-- Long commands: an exec request must fit one SSH packet, so a command whose wire form is
+-- over M.MAX_INLINE bytes is sent over stdin to the host's shell instead. A command that
+-- also has stdin of its own must stay under the limit.
 local loop = require "cargoship.loop"
 local ssh = require "cargoship.ssh"
 local util = require "cargoship.util"
@@ -14,6 +33,17 @@ local agent = require "cargoship.ssh.agent"
 local M = {}
 
 local MARK = "\30cs-exit:"
+
+-- The largest wire form sent in the exec request itself (libssh2 1.10 refuses requests over
+-- about 34 KB, the runtime over 32 KiB); longer commands travel over stdin.
+M.MAX_INLINE = 30000
+-- Keepalive defaults: a silent host fails after 3 x 10 s.
+M.KEEPALIVE, M.KEEPALIVE_COUNT_MAX = 10, 3
+-- How long ending a command's processes may take before we give up (a dead host cannot
+-- answer; a live one needs at most the script's 3 s).
+M.KILL_TIMEOUT = 8
+
+local TAG_VAR = "CARGOSHIP_CMD"
 
 local Transport = {}
 Transport.__index = Transport
@@ -31,7 +61,8 @@ end
 
 -- M.new{known_hosts = path, host_key_policy = "strict", timeout = 30, env = os.getenv,
 --       passphrase = function(key_path) -> string|nil, max_unauthenticated = 16,
---       max_per_endpoint = 6, keepalive = seconds|nil, run_id = string}
+--       max_per_endpoint = 6, keepalive = seconds (0: none), keepalive_count_max = n,
+--       run_id = string}
 function M.new(opts)
   opts = opts or {}
   local env = opts.env or os.getenv
@@ -41,7 +72,8 @@ function M.new(opts)
     policy = opts.host_key_policy or "strict",
     timeout = opts.timeout or 30,
     passphrase = opts.passphrase,
-    keepalive = opts.keepalive,
+    keepalive = opts.keepalive or M.KEEPALIVE,
+    keepalive_count_max = opts.keepalive_count_max or M.KEEPALIVE_COUNT_MAX,
     run_id = opts.run_id or string.format("%d-%d", util.getpid(), math.floor(util.now() * 1000) % 1000000),
     -- sshd drops unauthenticated connections beyond MaxStartups (10 by default): cap them
     -- everywhere, and per endpoint, which is what a shared bastion sees (notes §2)
@@ -97,12 +129,10 @@ end
 function Transport:key(path, passphrase_env)
   local info = self.key_info[path]
   if info then return info end
-  local f, err = io.open(path, "rb")
-  if not f then
-    info = { err = "cannot read key " .. path .. ": " .. tostring(err) }
+  local text, err = keys.read(path)
+  if not text then
+    info = { err = err }
   else
-    local text = f:read("a")
-    f:close()
     local k, why = keys.inspect(text)
     if not k then info = { err = "key " .. path .. ": " .. why }
     elseif k.type == "rsa" or k.type == "dsa" then info = { err = "key " .. path .. ": " .. keys.RSA_MESSAGE }
@@ -253,16 +283,25 @@ function Transport:connect(c, name)
     if pumps then for _, t in ipairs(pumps) do t:cancel() end end
     return nil, serr, scode
   end
+  self.seq = (self.seq or 0) + 1
   local conn = setmetatable({
     session = s, name = name, user = params.user, root = params.user == "root",
     transport = self, pumps = pumps, temps = {},
+    tag_base = (tostring(self.run_id):gsub("[^%w.-]", "_")) .. "." .. self.seq, commands = {}, ncommands = 0,
   }, Connection)
   self.connections[#self.connections + 1] = conn
-  if self.keepalive then
+  local interval = tonumber(option(c, "serveraliveinterval") or self.keepalive) or M.KEEPALIVE
+  local count = tonumber(option(c, "serveralivecountmax") or self.keepalive_count_max) or M.KEEPALIVE_COUNT_MAX
+  if interval > 0 then
+    interval = math.max(1, math.floor(interval))
     conn.keepalive_task = loop.spawn(function()
       while true do
-        loop.sleep(self.keepalive)
-        s:keepalive(self.keepalive)
+        loop.sleep(interval)
+        local ok, kerr = s:keepalive(interval, count)
+        if not ok then
+          conn.lost = kerr
+          return
+        end
       end
     end)
   end
@@ -341,7 +380,7 @@ local function marker_filter(callback)
   return f
 end
 
--- The command exactly as given, with the exit-status marker; no sudo.
+-- The command exactly as given, with the exit-status marker; no sudo, no tag.
 function Connection:raw(cmd, opts)
   local wire = "sh -c " .. util.quote(cmd) .. "; printf '" .. MARK:gsub("\30", "\\036") .. "%d\\n' \"$?\" >&2"
   local filter
@@ -363,17 +402,146 @@ function Connection:raw(cmd, opts)
   return out, clean, code
 end
 
+-- The host's side of ending commands: every process whose environment carries one of the
+-- tags gets TERM, then KILL after 1 s; exit 0 once none is left, 1 after 3 s.
+local function kill_script(tags)
+  local pats = {}
+  for i, t in ipairs(tags) do pats[i] = "-e " .. util.quote(TAG_VAR .. "=" .. t) end
+  return table.concat({
+    "n=0",
+    "while :; do",
+    "  p=$(grep -lsxzF " .. table.concat(pats, " ") .. " /proc/[0-9]*/environ 2>/dev/null"
+      .. " | sed -n 's,^/proc/\\([0-9]*\\)/environ$,\\1,p')",
+    '  [ -n "$p" ] || exit 0',
+    "  n=$((n + 1)); [ $n -le 30 ] || exit 1",
+    "  if [ $n -le 10 ]; then kill -TERM $p 2>/dev/null; else kill -KILL $p 2>/dev/null; fi",
+    "  sleep 0.1",
+    "done",
+  }, "\n")
+end
+
+-- Ends the processes of the given commands on the host; true once none is left.
+local function kill_commands(self, list)
+  local tags, sudo = {}, false
+  for _, e in ipairs(list) do
+    tags[#tags + 1] = e.tag
+    sudo = sudo or e.sudo
+  end
+  if #tags == 0 then return true end
+  local prefix = ""
+  if sudo then prefix = self:sudo_prefix() or "" end
+  local _, err, code = self:raw(prefix .. "sh -c " .. util.quote(kill_script(tags)), { timeout = M.KILL_TIMEOUT })
+  if code == 0 then return true end
+  if type(code) == "number" then
+    return nil, self.name .. ": processes of the command still ran 2 s after KILL", "timeout"
+  end
+  return nil, err, code
+end
+
+local function command_done(self, e)
+  e.done = true
+  if self.commands[e.tag] then
+    self.commands[e.tag] = nil
+    self.ncommands = self.ncommands - 1
+  end
+  for _ = 1, e.waiters do e.gone:release() end
+end
+
+-- Ends one command of ours; its outcome goes into e.end_err when it could not be confirmed.
+local function end_command(self, e)
+  e.killing = true
+  local pok, ok, err = pcall(kill_commands, self, { e })   -- a closed session raises
+  if not pok then ok, err = nil, tostring(ok) end
+  if not ok then e.end_err = err end
+  command_done(self, e)
+  return ok, err
+end
+
+-- Waits until every command of this connection whose task is being cancelled is confirmed
+-- ended (at most KILL_TIMEOUT + a few seconds each): what runs next on the host, such as
+-- the release of its lock, must not run beside them.
+function Connection:settle()
+  if self.ncommands == 0 then return true end
+  local waiting = {}
+  for _, e in pairs(self.commands) do
+    if e.killing or (e.task and e.task:stopping()) then waiting[#waiting + 1] = e end
+  end
+  for _, e in ipairs(waiting) do
+    if not e.done then
+      e.waiters = e.waiters + 1
+      e.gone:acquire(M.KILL_TIMEOUT + 5)
+    end
+  end
+  return true
+end
+
+-- Connection:kill_all() -> true | nil, msg, code
+-- Ends every command running on this connection, whoever started it, and returns once the
+-- host has none of their processes left (their exec calls then return on their own).
+function Connection:kill_all()
+  if self.ncommands == 0 then return true end
+  local list = {}
+  for _, e in pairs(self.commands) do
+    if not e.done then list[#list + 1] = e end
+  end
+  return loop.shield(kill_commands, self, list)
+end
+
+-- Connection:running() -> number of commands of this connection still on the host.
+function Connection:running()
+  return self.ncommands
+end
+
+-- The wire form of cmd with its tag (and sudo prefix): inline, or over stdin when long.
+local function tagged(self, cmd, prefix, opts, tag)
+  local env = prefix .. "env " .. TAG_VAR .. "=" .. tag .. " sh -c "
+  local inline = env .. util.quote(cmd)
+  if #util.quote(inline) + 48 <= M.MAX_INLINE then return inline, opts end   -- 48: raw's wrapping
+  if opts.stdin ~= nil then
+    return nil, string.format("%s: exec: the command is %d bytes and has stdin of its own; commands over %d "
+      .. "bytes travel over stdin, so one that also sends stdin must stay under that limit",
+      self.name, #cmd, M.MAX_INLINE), "io"
+  end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.stdin = cmd
+  return env .. util.quote('eval "$(cat)"'), o
+end
+
 -- Connection:exec(cmd, {sudo, stdin, timeout, on_stdout, on_stderr})
 --   -> stdout, stderr, exit_code | nil, msg, code
--- A non-zero exit is not an error here: the caller decides what it means.
+-- A non-zero exit is not an error here: the caller decides what it means. On a timeout or
+-- a cancellation the command's processes on the host are ended before this returns (or
+-- re-raises); a timeout's message says whether that was confirmed.
 function Connection:exec(cmd, opts)
   opts = opts or {}
+  local prefix = ""
   if opts.sudo then
-    local prefix, err, code = self:sudo_prefix()
-    if not prefix then return nil, err, code end
-    if prefix ~= "" then cmd = prefix .. "sh -c " .. util.quote(cmd) end
+    local p, err, code = self:sudo_prefix()
+    if not p then return nil, err, code end
+    prefix = p
   end
-  return self:raw(cmd, opts)
+  self:settle()
+  self.nseq = (self.nseq or 0) + 1
+  local tag = self.tag_base .. "." .. self.nseq
+  local wire, o, ecode = tagged(self, cmd, prefix, opts, tag)
+  if not wire then return nil, o, ecode end
+  local e = { tag = tag, sudo = prefix ~= "", task = loop.current(), gone = loop.semaphore(0), waiters = 0 }
+  self.commands[tag] = e
+  self.ncommands = self.ncommands + 1
+  local r = table.pack(pcall(self.raw, self, wire, o))
+  if not r[1] then
+    -- cancelled (or a bug): the command may still run on the host; end it first
+    if not e.done then loop.shield(end_command, self, e) end
+    error(r[2], 0)
+  end
+  if r[2] == nil and r[4] == "timeout" and not e.done then
+    local ok = loop.shield(end_command, self, e)
+    return nil, r[3] .. (ok and "; its processes on the host were ended"
+      or ("; ending its processes on the host failed: " .. tostring(e.end_err))), "timeout"
+  end
+  command_done(self, e)
+  return table.unpack(r, 2, r.n)
 end
 
 -- Connection:check(cmd, opts) -> stdout | nil, msg, code: a non-zero exit becomes an error
@@ -480,6 +648,7 @@ function Connection:remove_temps()
 end
 
 function Connection:close()
+  if self.ncommands > 0 and self.session:info().state == "ready" then self:kill_all() end
   if self.keepalive_task then self.keepalive_task:cancel() end
   if self.session then self.session:close() end
   if self.pumps then for _, t in ipairs(self.pumps) do t:cancel() end end

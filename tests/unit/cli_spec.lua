@@ -158,6 +158,17 @@ describe("cli.args", function()
     assert.are.equal("apply", args.suggest("aply", { "version", "validate", "apply" }))
     assert.are.equal("validate", args.suggest("valdate", { "version", "validate", "apply" }))
     assert.is_nil(args.suggest("frobnicate", { "version", "validate", "apply" }))
+    assert.are.equal("validate", args.suggest("vali", { "version", "validate", "apply" }))
+  end)
+
+  it("does not compare a huge word whole, nor print it back whole", function()
+    local huge = ("x"):rep(4 * 1024 * 1024)
+    local t0 = os.clock()
+    assert.is_nil(args.suggest(huge, { "version", "validate", "apply" }))
+    local _, err = args.parse({ "--" .. huge }, { { long = "output", value = "F" } })
+    assert.is_true(os.clock() - t0 < 1, "took " .. (os.clock() - t0) .. " s")
+    assert.is_true(#err < 200, err:sub(1, 200))
+    assert.matches("(4194306 bytes)", err, 1, true)
   end)
 
   it("refuses a spec that declares an option twice", function()
@@ -363,7 +374,10 @@ describe("command modules", function()
 
       it("mentions no option in its prose that it does not accept", function()
         local known = {}
-        for _, opt in ipairs(cmd.options) do known[opt.long] = true end
+        for _, opt in ipairs(cmd.options) do
+          known[opt.long] = true
+          for _, alias in ipairs(opt.aliases or {}) do known[alias] = true end
+        end
         for _, opt in ipairs(cli.GLOBAL_OPTIONS) do known[opt.long] = true end
         for word in cmd.usage:gmatch("%-%-([%w][%w-]*)") do
           assert.is_true(known[word] ~= nil,

@@ -115,3 +115,30 @@ describe("host writes", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("host:reconnect", function()
+  it("opens the new session before closing the old one, and a dry run refuses it", function()
+    local events = {}
+    local old = { close = function() events[#events + 1] = "close old" end }
+    local new = { close = function() events[#events + 1] = "close new" end }
+    local transport = { connect = function(_, c, name)
+      events[#events + 1] = "connect " .. name .. " " .. c.address
+      return new
+    end }
+    local h = host_mod.new { config = { index = 1, name = "h1", role = "worker",
+      connection = { address = "192.0.2.1" } }, transport = transport }
+    h:attach(old)
+    assert.is_true(h:reconnect())
+    assert.are.same({ "connect h1 192.0.2.1", "close old" }, events)
+    assert.are.equal(new, h.conn)
+    local dry = host_mod.new { config = { index = 1, name = "h1", role = "worker" }, dry_run = true,
+      transport = transport }
+    dry:attach(old)
+    assert.has_error(function() dry:reconnect() end, "h1: dry run: refused to reconnect")
+    local failing = host_mod.new { config = { index = 1, name = "h1", role = "worker" },
+      transport = { connect = function() return nil, "h1: connection refused", "connect" end } }
+    failing:attach(old)
+    assert.are.same({ nil, "h1: connection refused", "connect" }, { failing:reconnect() })
+    assert.are.equal(old, failing.conn, "a failed reconnect keeps the session it had")
+  end)
+end)

@@ -8,7 +8,10 @@
 -- allowed words. `multiple` lets a flag count its repeats (-vv) and a valued option collect
 -- a list; any other option given twice is an error, because on a tool that changes clusters
 -- a silently overridden `--concurrency` is worse than a complaint. `key` defaults to the long
--- name with dashes turned into underscores.
+-- name with dashes turned into underscores. `aliases` lists other long names of the same
+-- option (older spellings kept working); --help shows them after the help text.
+local pad = require("cargoship.lines").pad
+
 local M = {}
 
 M.checks = {}
@@ -73,16 +76,27 @@ local function distance(a, b)
   return prev[#b]
 end
 
--- The candidate closest to `word`, if it is close enough to be a plausible slip.
+-- The candidate closest to `word`, if it is close enough to be a plausible slip. Lengths
+-- further apart than the limit are never compared: the distance costs #word * #c steps,
+-- and a word of megabytes would stall the command line for minutes.
 function M.suggest(word, candidates)
   local best, best_d
   for _, c in ipairs(candidates) do
-    local d = distance(word, c)
-    if #word >= 3 and c:sub(1, #word) == word then d = math.min(d, 1) end
-    if d <= math.max(1, #c // 3) and (not best_d or d < best_d) then best, best_d = c, d end
+    local limit = math.max(1, #c // 3)
+    local d
+    if #word >= 3 and c:sub(1, #word) == word then d = 1
+    elseif math.abs(#word - #c) <= limit then d = distance(word, c) end
+    if d and d <= limit and (not best_d or d < best_d) then best, best_d = c, d end
   end
   return best
 end
+
+-- A word of the command line as a message shows it: at most 60 bytes.
+function M.shown(s)
+  if #s <= 60 then return s end
+  return s:sub(1, 57) .. "... (" .. #s .. " bytes)"
+end
+local shown = M.shown
 
 local function key_of(opt)
   return opt.key or (opt.long:gsub("-", "_"))
@@ -95,6 +109,10 @@ local function index(spec)
     assert(type(opt.long) == "string", "option spec entry without a long name")
     assert(not long[opt.long], "option --" .. opt.long .. " declared twice")
     long[opt.long] = opt
+    for _, alias in ipairs(opt.aliases or {}) do
+      assert(not long[alias], "option --" .. alias .. " declared twice")
+      long[alias] = opt
+    end
     if opt.short then
       assert(#opt.short == 1 and not short[opt.short], "bad or duplicate short option -" .. opt.short)
       short[opt.short] = opt
@@ -105,7 +123,10 @@ end
 
 local function long_names(spec)
   local names = {}
-  for _, opt in ipairs(spec) do names[#names + 1] = opt.long end
+  for _, opt in ipairs(spec) do
+    names[#names + 1] = opt.long
+    for _, alias in ipairs(opt.aliases or {}) do names[#names + 1] = alias end
+  end
   return names
 end
 
@@ -116,7 +137,7 @@ end
 local function unknown(spec, token)
   local word = token:match("^%-%-?([^=]*)")
   local hint = M.suggest(word, long_names(spec))
-  local msg = "unknown option " .. token:match("^[^=]*")
+  local msg = "unknown option " .. shown(token:match("^[^=]*"))
   if hint then msg = msg .. " (did you mean --" .. hint .. "?)" end
   return msg
 end
@@ -137,7 +158,7 @@ local function store(result, opt, value)
   local v, why = value, nil
   if check then v, why = check(value) end
   if v == nil then
-    return nil, string.format("option %s: bad value '%s' (%s)", display(opt), value, why or "rejected")
+    return nil, string.format("option %s: bad value '%s' (%s)", display(opt), shown(value), why or "rejected")
   end
   if opt.multiple then
     result[key] = result[key] or {}
@@ -258,12 +279,15 @@ function M.help(spec)
     local right = opt.help or ""
     if opt.multiple then right = right .. (opt.value and " (repeatable)" or "") end
     if opt.default ~= nil then right = right .. " (default: " .. tostring(opt.default) .. ")" end
+    if opt.aliases and #opt.aliases > 0 then
+      right = right .. " (also --" .. table.concat(opt.aliases, ", --") .. ")"
+    end
     rows[#rows + 1] = { left, right }
     width = math.max(width, #left)
   end
   local lines = {}
   for _, row in ipairs(rows) do
-    lines[#lines + 1] = string.format("  %-" .. width .. "s  %s", row[1], row[2])
+    lines[#lines + 1] = "  " .. pad(row[1], width) .. "  " .. row[2]
   end
   return table.concat(lines, "\n")
 end

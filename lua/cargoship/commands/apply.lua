@@ -10,7 +10,7 @@ local runner = require "cargoship.pipeline.runner"
 local M = {}
 
 M.name = "apply"
-M.summary = "bring a cluster's hosts to what its cluster file describes (phases 8-29 not in this build)"
+M.summary = "bring a cluster's hosts to what its cluster file describes (engines not started by this build)"
 M.usage = [[
 Usage: cargoship apply [options] CLUSTER
 
@@ -19,12 +19,32 @@ ordered phases of apply (docs/dry-run.md lists them).
 
 IN THIS BUILD: phases 1-7 (connect, detect operating systems, gather host facts, validate
 hosts, gather distro facts, check for nodes no longer in the config, acquire the host
-lock), 18-22 (import images, configure engine, initialize controllers, apply manifests,
-initialize workers: with --distro, nodes not running yet are configured, installed from
-the engine files staged on them, started and waited for until Ready), 30 (release the
-lock) and 31 (disconnect). Phases 8-17 (preparing hosts, uploads) and 23-29 (upgrades,
-config sync, kubeconfig, labels) are not in this build: apply uploads and upgrades
-nothing yet, and its report says so.
+lock), 8-13 (prepare hosts: /etc/environment, sysctl and kernel modules from the host's
+environment and the --distro package; container-selinux, fapolicyd rules with -f, SELinux
+policy; /etc/hosts with -H; the firewall with -F), 14-17 (upload the distro package's
+files, image tarballs and engine files: RPM, APT or binaries), 25 (install the staged
+engine files: dnf, apt-get without update, or binaries moved into place), 18-22 (import
+images, configure engine, initialize controllers, apply manifests, initialize workers:
+nodes whose engine service is not running get their config files and join tokens, are
+installed from the staged engine files and started, the leader first, controllers one at
+a time, workers in per-profile batches, each waited for until Ready through the leader's
+kubectl; a node already running has nothing to do), 30 (release the lock) and 31
+(disconnect). Phases 23-24 and 26-29 (upgrading engines, syncing config, kubeconfig,
+labels) are not in this build, and the report says so.
+
+-F/--firewall configures the front end the node runs (firewalld, ufw or nftables; one
+installed but stopped is left alone, never started, and the report says why) and refuses
+a .host.firewall.rules set that would close the SSH port apply is connected through.
+-H/--hosts writes one managed block of every node into each /etc/hosts. The Go tool's
+older spellings --update-firewall and --update-hosts are accepted too.
+
+--distro PACKAGE is a package archive (cargoship package create), an unpacked package
+directory, or a bare distro.yaml (engine facts only; nothing to upload). A built package
+is verified whole before any host is touched: a missing, extra or altered file is an
+error naming it. Uploads go to a temporary name beside each target, are fsync'd, checked
+against their sha256 on the host and renamed; a file whose hash and mode already match is
+not sent. At most --concurrent-uploads hosts upload at once (default 8: on a 1 Gbit link
+eight streams already fill the pipe); on a terminal the progress line counts bytes.
 
 With --dry-run, apply connects to every host and runs the read-only phases for real, then
 reports every other phase with what it would do on each host, "nothing to do", or
@@ -56,16 +76,23 @@ M.options = {
   { long = "timeout", value = "DURATION", check = args.checks.duration,
     help = "give up on the plan, and on the run, after DURATION each (30s, 5m, 1h, 1m30s or seconds; "
       .. "default: none)" },
-  { long = "update-firewall", short = "F",
-    help = "configure each node's firewall to trust the cluster and open its ports" },
-  { long = "update-hosts", short = "H", help = "add every node of the cluster to each node's /etc/hosts" },
+  { long = "firewall", short = "F", aliases = { "update-firewall" }, key = "update_firewall",
+    help = "phase 13: configure each node's running firewall (firewalld, ufw or nftables) to trust the "
+      .. "other nodes and the pod/service CIDRs, open .host.ports and apply .host.firewall.rules" },
+  { long = "hosts", short = "H", aliases = { "update-hosts" }, key = "update_hosts",
+    help = "phase 12: write every node of the cluster into one managed block of each node's /etc/hosts "
+      .. "(a flag: unlike exec's --hosts NAMES, it selects no hosts)" },
+  { long = "fapolicyd", short = "f", key = "fapolicyd",
+    help = "phase 10: write the distro package's fapolicyd rules where fapolicyd runs, and reload it" },
   { long = "allow-unmanaged-nodes",
     help = "go on although the cluster holds nodes the cluster file does not list" },
   { long = "values", value = "FILE", check = args.checks.nonempty, multiple = true,
     help = "override the distro package's values from FILE; later files win" },
   { long = "distro", value = "PACKAGE", check = args.checks.nonempty,
-    help = "the distro package (its distro.yaml or directory): engine, version and architectures "
-      .. "that install/upgrade/downgrade are judged against" },
+    help = "the distro package (archive, unpacked directory or distro.yaml): its files are uploaded, "
+      .. "its engine and version judged against" },
+  { long = "concurrent-uploads", value = "N", check = args.checks.positive_int, default = 8,
+    help = "upload to at most N hosts at once" },
   { long = "allow-downgrade", help = "go on although a host runs a newer engine than the distro package" },
   { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
     help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts; a host's "
@@ -99,11 +126,13 @@ function M.apply_options(ctx, a)
     timeout = o.timeout,
     update_firewall = o.update_firewall,
     update_hosts = o.update_hosts,
+    fapolicyd = o.fapolicyd,
     allow_unmanaged_nodes = o.allow_unmanaged_nodes,
     values = o.values,
     log_file = ctx.log:file_path(),
     distro = o.distro,
     allow_downgrade = o.allow_downgrade,
+    concurrent_uploads = o.concurrent_uploads,
     known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
     host_key_policy = o.host_key_policy,
     ssh_timeout = o.ssh_timeout,
@@ -288,7 +317,11 @@ function M.run(ctx, a)
   end
   apply_options.passphrase = require("cargoship.prompt").passphrase_source(ctx.env,
     ctx.isatty and ctx.isatty.stdin)
-  return run_pipeline(ctx, cluster, apply_options)
+  local ok, code = pcall(run_pipeline, ctx, cluster, apply_options)
+  -- an archive was unpacked to a temp directory of ours: gone with the run
+  require("distros.package").release(apply_options.distro_package)
+  if not ok then error(code, 0) end
+  return code
 end
 
 return M

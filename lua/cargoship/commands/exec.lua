@@ -1,6 +1,7 @@
 -- cargoship.commands.exec: runs one command on many hosts at once, output prefixed by host.
 local lines = require "cargoship.lines"
 local args = require "cargoship.cli.args"
+local loop = require "cargoship.loop"
 local validate = require "cargoship.commands.validate"
 local pool = require "cargoship.pool"
 local transport = require "cargoship.transport"
@@ -42,19 +43,40 @@ M.options = {
 M.arguments = { { name = "CLUSTER" }, { name = "COMMAND", rest = true } }
 M.keeps_log = true   -- every run that touches hosts keeps its debug log
 
-local function run_on(ctx, t, host, command, o, width)
-  local prefix = string.format("%-" .. width .. "s | ", host.name)
+-- Every line goes out as soon as it is whole, even into a pipe: a healthy host's lines do
+-- not wait for the slowest host, and nothing already printed is lost if we are killed.
+-- When the reader has gone (EPIPE), writing stops and every host's command is ended.
+local function flushing(stream, shared)
+  return { write = function(_, ...)
+    if shared.broken then return nil end
+    local ok, err = stream:write(...)
+    if ok and stream.flush then ok, err = stream:flush() end
+    if not ok then
+      shared.broken = tostring(err)
+      for conn in pairs(shared.conns) do loop.spawn(function() conn:kill_all() end) end
+    end
+    return ok, err
+  end }
+end
+
+local function run_on(ctx, t, host, command, o, width, shared)
+  local prefix = lines.prefix(host.name, width)
   local conn, err, code = t:connect(host.connection, host.name)
   if not conn then return nil, err, code end
-  local out = lines.writer(ctx.stdout, prefix)
-  local errw = lines.writer(ctx.stderr, prefix)
+  shared.conns[conn] = true
+  local out = lines.writer(flushing(ctx.stdout, shared), prefix)
+  local errw = lines.writer(flushing(ctx.stderr, shared), prefix)
   local _, cerr, status = conn:exec(command, {
     sudo = o.sudo, timeout = o.timeout,
     on_stdout = out.feed, on_stderr = errw.feed,
   })
+  shared.conns[conn] = nil
   out.flush()
   errw.flush()
   conn:close()
+  if shared.broken then
+    return nil, host.name .. ": output closed (" .. shared.broken .. "): the command was ended", "io"
+  end
   if status == nil or type(status) == "string" then return nil, cerr, status end
   return status
 end
@@ -92,8 +114,9 @@ function M.run(ctx, a)
   }
   local width = 0
   for _, h in ipairs(hosts) do width = math.max(width, #h.name) end
+  local shared = { conns = {} }
   local results = pool.map(hosts, o.concurrency, function(h)
-    return run_on(ctx, t, h, command, o, width)
+    return run_on(ctx, t, h, command, o, width, shared)
   end)
   local ok, failed = 0, {}
   for i, r in ipairs(results) do

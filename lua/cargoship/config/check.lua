@@ -43,12 +43,33 @@ local function one_of(values)
 end
 M.one_of = one_of
 
-local function wrong(ctx, map, key, path, expected, v, hint)
+-- How a wrong value of a secret field is named: its kind, never its text (a numeric
+-- password would otherwise be printed back in the error).
+function M.describe_hidden(v)
+  local k = kind_of(v)
+  if k == "string" or k == "integer" or k == "float" or k == "boolean" then
+    return "a" .. (k == "integer" and "n " or " ") .. k .. " (value hidden: the field is secret)"
+  end
+  return describe(v)
+end
+
+local function wrong(ctx, map, key, path, expected, v, hint, secret)
   ctx.errs:at_value(map, key, join(path, key),
-    string.format("expected %s, got %s%s", expected, describe(v), hint or ""))
+    string.format("expected %s, got %s%s", expected, secret and M.describe_hidden(v) or describe(v),
+      hint or ""))
   ctx.errs:spoil(map, key)
 end
 M.wrong = wrong
+
+-- Why s cannot be used as one word of an identity (user, address, key path, ssh option):
+-- a NUL cuts the string where C sees it (a user written "ro\0ot" logs in as "ro") and other
+-- control characters break log lines, ssh_config and shell commands. nil when fine.
+function M.control_problem(s, any_control)
+  local at = s:find(any_control and "%c" or "\0")
+  if not at then return nil end
+  return string.format("must not contain control characters, found byte 0x%02x at position %d",
+    s:byte(at), at)
+end
 
 -- A value that came out of ${VAR} expansion was a string before; the Go tool expands before
 -- parsing, so `port: ${SSH_PORT}` is an integer there. Re-resolve such values for the
@@ -83,15 +104,28 @@ local function scalar_hint(v)
 end
 
 -- opts.nonempty rejects "" (after trimming nothing: a blank is a blank).
+-- opts.secret never quotes the value in an error. A NUL is refused in every string but
+-- opts.binary ones (file data); opts.word refuses every control character.
+-- opts.max caps the length in bytes.
 function M.string(ctx, map, key, path, opts)
+  opts = opts or {}
   local v = raw(ctx, map, key, path, opts, "a string")
   if v == nil then return nil end
   if type(v) ~= "string" then
-    wrong(ctx, map, key, path, "a string", v, scalar_hint(v))
+    wrong(ctx, map, key, path, "a string", v, scalar_hint(v), opts.secret)
     return nil
   end
-  if opts and (opts.nonempty or opts.required) and v:match("^%s*$") then
+  if (opts.nonempty or opts.required) and v:match("^%s*$") then
     ctx.errs:at_value(map, key, join(path, key), "expected a non-empty string")
+    ctx.errs:spoil(map, key)
+    return nil
+  end
+  local why = not opts.binary and M.control_problem(v, opts.word)
+  if not why and opts.max and #v > opts.max then
+    why = string.format("must be at most %d bytes long, got %d", opts.max, #v)
+  end
+  if why then
+    ctx.errs:at_value(map, key, join(path, key), why)
     ctx.errs:spoil(map, key)
     return nil
   end
@@ -208,9 +242,12 @@ end
 -- A mapping of string -> scalar text. Integers and booleans are accepted and written as
 -- text (the Go tool decodes them into map[string]string the same way); floats are refused
 -- because YAML already lost their spelling (1.10 is 1.1).
-function M.string_map(ctx, map, key, path, check_entry)
+-- opts.secret: the values are not quoted in errors (environment values carry proxies
+-- with passwords and tokens). A NUL in a key or value is refused here for every map.
+function M.string_map(ctx, map, key, path, check_entry, opts)
   local m = M.mapping(ctx, map, key, path)
   if not m then return nil end
+  local secret = opts and opts.secret
   local out, mpath = {}, join(path, key)
   for _, k in ipairs(M.keys(m)) do
     local v, vpath = m[k], join(mpath, k)
@@ -221,8 +258,19 @@ function M.string_map(ctx, map, key, path, check_entry)
     elseif yaml.is_null(v) then
       v = ""
     elseif type(v) ~= "string" then
-      wrong(ctx, m, k, mpath, "a string", v, scalar_hint(v))
+      wrong(ctx, m, k, mpath, "a string", v, scalar_hint(v), secret)
       v = nil
+    end
+    local why = M.control_problem(tostring(k))
+    if why then
+      ctx.errs:at_key(m, k, vpath, "key " .. why)
+      v = nil
+    elseif v ~= nil then
+      why = M.control_problem(v)
+      if why then
+        ctx.errs:at_value(m, k, vpath, why)
+        v = nil
+      end
     end
     if v ~= nil and check_entry then v = check_entry(k, v, m, vpath) end
     if v ~= nil then out[k] = v end

@@ -5,20 +5,37 @@ local M = {}
 
 -- Keys that read well after a dot; anything else is quoted so the path stays unambiguous
 -- (label keys like "node.kubernetes.io/x", rewrite patterns).
+local QUOTE_MAX = 60
+
 local function plain_key(key)
-  return key:match("^[A-Za-z_][A-Za-z0-9_-]*$") ~= nil
+  return #key <= QUOTE_MAX and key:match("^[A-Za-z_][A-Za-z0-9_-]*$") ~= nil
+end
+
+-- The first `n` bytes of s, shortened to end on a UTF-8 character boundary, so a cut value
+-- never ends inside a character (the JSON report must stay valid UTF-8).
+function M.cut(s, n)
+  if #s <= n then return s end
+  local stop = n
+  -- continuation bytes (10xxxxxx) belong to the character that started before them
+  while stop > 0 and (s:byte(stop + 1) or 0) & 0xC0 == 0x80 do stop = stop - 1 end
+  return s:sub(1, stop)
 end
 
 -- Quote a string for a message, escaping what would break the one-line-per-error format.
+-- A long value is cut and says how long it was: a 10 MB key is not printed back whole.
 function M.quote(s)
   s = tostring(s)
-  if #s > 60 then s = s:sub(1, 57) .. "..." end
+  local suffix = ""
+  if #s > QUOTE_MAX then
+    suffix = string.format(" (%d bytes)", #s)
+    s = M.cut(s, QUOTE_MAX - 3) .. "..."
+  end
   local escaped = s:gsub('[%c"\\]', function(c)
     if c == "\n" then return "\\n" elseif c == "\t" then return "\\t"
     elseif c == '"' or c == "\\" then return "\\" .. c end
     return string.format("\\x%02x", c:byte())
   end)
-  return '"' .. escaped .. '"'
+  return '"' .. escaped .. '"' .. suffix
 end
 
 -- JSON-path style with 0-based sequence indices, as the Go tool prints them.
@@ -71,19 +88,26 @@ end
 M.levenshtein = levenshtein
 
 -- The closest candidate: a case-insensitive match first, else the smallest edit distance
--- up to 2 (ties broken by list order, so callers list fields in schema order).
+-- up to 2 (ties broken by list order, so callers list fields in schema order). Lengths that
+-- differ by more than the limit cannot be within it, so a huge value is never compared
+-- (the distance costs #word * #candidate steps: 10 MB took half a minute).
 function M.suggest(word, candidates)
   if type(word) ~= "string" then return nil end
+  -- Distance 2 on a short word would suggest almost anything ("icmp" -> "tcp").
+  local limit = #word <= 4 and 1 or 2
+  local longest = 0
+  for _, c in ipairs(candidates) do longest = math.max(longest, #c) end
+  if #word > longest + limit then return nil end
   local lower = word:lower()
   for _, c in ipairs(candidates) do
     if c:lower() == lower then return c end
   end
   local best, best_d
   for _, c in ipairs(candidates) do
-    -- Distance 2 on a short word would suggest almost anything ("icmp" -> "tcp").
-    local limit = #word <= 4 and 1 or 2
-    local d = levenshtein(lower, c:lower())
-    if d <= limit and (not best_d or d < best_d) then best, best_d = c, d end
+    if math.abs(#c - #word) <= limit then
+      local d = levenshtein(lower, c:lower())
+      if d <= limit and (not best_d or d < best_d) then best, best_d = c, d end
+    end
   end
   return best
 end
@@ -103,29 +127,54 @@ function M.collector(file)
 end
 
 function Collector:add(line, col, path, message)
+  line, col = self:located(line, col)
   local e = { file = self.file, line = line, col = col, path = path, message = message }
   e.text = M.text(e)
   self.list[#self.list + 1] = e
   return e
 end
 
+-- Positions are kept for mappings and sequences only; a scalar (a bare-scalar document)
+-- has none of its own, and the collector's fallback (the document's start) is used.
+local function where(v, key)
+  if type(v) ~= "table" then return nil end
+  if key == nil then return yaml.where(v) end
+  return yaml.where(v, key)
+end
+
+local function key_where(map, key)
+  if type(map) ~= "table" then return nil end
+  return yaml.key_where(map, key)
+end
+
+-- Where an error with no position of its own is reported (set by the loader to the
+-- document's start, so every error is located).
+function Collector:set_fallback(line, col)
+  self.fallback_line, self.fallback_col = line, col
+end
+
+function Collector:located(line, col)
+  if line then return line, col end
+  return self.fallback_line, self.fallback_col
+end
+
 -- At the value of `container[key]`; falls back to the container itself.
 function Collector:at_value(container, key, path, message)
-  local line, col = yaml.where(container, key)
-  if not line then line, col = yaml.where(container) end
+  local line, col = where(container, key)
+  if not line then line, col = where(container) end
   return self:add(line, col, path, message)
 end
 
 -- At the key of `map[key]` (unknown fields: the key is the mistake, not its value).
 function Collector:at_key(map, key, path, message)
-  local line, col = yaml.key_where(map, key)
-  if not line then line, col = yaml.where(map) end
+  local line, col = key_where(map, key)
+  if not line then line, col = where(map) end
   return self:add(line, col, path, message)
 end
 
 -- At a mapping or sequence as a whole (missing fields, cross-field rules).
 function Collector:at_node(container, path, message)
-  local line, col = yaml.where(container)
+  local line, col = where(container)
   return self:add(line, col, path, message)
 end
 
@@ -157,12 +206,12 @@ function Collector:sorted()
 end
 
 function M.text(e)
-  local where = e.file or "<config>"
-  if e.line then where = string.format("%s:%d:%d", where, e.line, e.col or 1) end
+  local at = e.file or "<config>"
+  if e.line then at = string.format("%s:%d:%d", at, e.line, e.col or 1) end
   if e.path and e.path ~= "" then
-    return string.format("%s: %s: %s", where, e.path, e.message)
+    return string.format("%s: %s: %s", at, e.path, e.message)
   end
-  return string.format("%s: %s", where, e.message)
+  return string.format("%s: %s", at, e.message)
 end
 
 function M.format(errors)

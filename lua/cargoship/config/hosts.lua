@@ -27,11 +27,17 @@ local HOST_HINTS = { address = BELONGS_IN_SSH, user = BELONGS_IN_SSH, port = BEL
 -- A jump chain longer than this is a loop made with YAML aliases, not a network.
 local MAX_BASTION_DEPTH = 8
 
+-- The longest name DNS can carry (RFC 1035 §3.1, as text without the final dot).
+local MAX_ADDRESS = 253
+
 local function address(ctx, block, bpath, strict)
-  local a = check.string(ctx, block, "address", bpath, { required = true })
+  local a = check.string(ctx, block, "address", bpath, { required = true, word = true })
   if not a then return nil end
   local apath, why = join(bpath, "address"), nil
-  if a:find("@", 1, true) then
+  if #a > MAX_ADDRESS then
+    why = string.format("expected an IP address or hostname of at most %d characters (the DNS limit)",
+      MAX_ADDRESS)
+  elseif a:find("@", 1, true) then
     why = "expected an IP address or hostname without user (set user: instead)"
   elseif a:find("%s") then
     why = "expected an IP address or hostname"
@@ -51,13 +57,18 @@ end
 
 local function options(ctx, block, bpath)
   local out = check.string_map(ctx, block, "options", bpath, function(k, v, m, vpath)
-    if k == "" or k:find("[%s=]") then
-      ctx.errs:at_key(m, k, vpath, "option names must not be empty or contain spaces or '=', got "
-        .. quote(k))
+    if k == "" or k:find("[%s%c=]") then
+      ctx.errs:at_key(m, k, vpath, "option names must not be empty or contain spaces, control "
+        .. "characters or '=', got " .. quote(k))
       return nil
     end
     if v:find("[\r\n]") then
       ctx.errs:at_value(m, k, vpath, "option values must not contain newlines")
+      return nil
+    end
+    local why = check.control_problem(v, true)
+    if why then
+      ctx.errs:at_value(m, k, vpath, "option values " .. why)
       return nil
     end
     return v
@@ -74,9 +85,9 @@ function M.ssh(ctx, parent, key, path, depth)
   local c = {
     kind = "ssh",
     address = address(ctx, b, bpath, true),
-    user = check.string(ctx, b, "user", bpath, { nonempty = true }) or "root",
+    user = check.string(ctx, b, "user", bpath, { nonempty = true, word = true }) or "root",
     port = check.integer(ctx, b, "port", bpath, { min = 1, max = 65535 }) or 22,
-    key_path = check.string(ctx, b, "keyPath", bpath, { nonempty = true }),
+    key_path = check.string(ctx, b, "keyPath", bpath, { nonempty = true, word = true }),
     options = options(ctx, b, bpath),
   }
   if check.present(b, "bastion") then
@@ -99,10 +110,10 @@ local function openssh(ctx, parent, path)
   return {
     kind = "openssh",
     address = address(ctx, b, bpath, false),
-    user = check.string(ctx, b, "user", bpath, { nonempty = true }),
+    user = check.string(ctx, b, "user", bpath, { nonempty = true, word = true }),
     port = check.integer(ctx, b, "port", bpath, { min = 1, max = 65535 }),
-    key_path = check.string(ctx, b, "keyPath", bpath, { nonempty = true }),
-    config_path = check.string(ctx, b, "configPath", bpath, { nonempty = true }),
+    key_path = check.string(ctx, b, "keyPath", bpath, { nonempty = true, word = true }),
+    config_path = check.string(ctx, b, "configPath", bpath, { nonempty = true, word = true }),
     options = options(ctx, b, bpath),
     disable_multiplexing = check.boolean(ctx, b, "disableMultiplexing", bpath) or false,
   }
@@ -147,7 +158,7 @@ local function perm(ctx, f, fpath)
 end
 
 local function abs_path(ctx, f, key, fpath)
-  local p = check.string(ctx, f, key, fpath, { nonempty = true })
+  local p = check.string(ctx, f, key, fpath, { nonempty = true, word = true })
   if p and p:sub(1, 1) ~= "/" then
     ctx.errs:at_value(f, key, join(fpath, key), "expected an absolute path, got " .. describe(p))
     return nil
@@ -166,13 +177,13 @@ local function files(ctx, h, hpath)
     if f then
       check.fields(ctx, f, fpath, FILE_FIELDS)
       local e = {
-        name = check.string(ctx, f, "name", fpath, { required = true }),
-        src = check.string(ctx, f, "src", fpath, { nonempty = true }),
-        data = check.string(ctx, f, "data", fpath),
+        name = check.string(ctx, f, "name", fpath, { required = true, word = true }),
+        src = check.string(ctx, f, "src", fpath, { nonempty = true, word = true }),
+        data = check.string(ctx, f, "data", fpath, { binary = true, secret = true }),
         dst = abs_path(ctx, f, "dst", fpath),
         dst_dir = abs_path(ctx, f, "dstDir", fpath),
-        user = check.string(ctx, f, "user", fpath, { nonempty = true }),
-        group = check.string(ctx, f, "group", fpath, { nonempty = true }),
+        user = check.string(ctx, f, "user", fpath, { nonempty = true, word = true }),
+        group = check.string(ctx, f, "group", fpath, { nonempty = true, word = true }),
       }
       e.perm, e.mode = perm(ctx, f, fpath)
       for _, pair in ipairs({ { "src", "data" }, { "dst", "dstDir" } }) do
@@ -197,9 +208,9 @@ end
 
 local function environment(ctx, h, hpath)
   local env = check.string_map(ctx, h, "environment", hpath, function(k, v, m, vpath)
-    if k == "" or k:find("[=\r\n]") then
+    if k == "" or k:find("[=%c]") then
       ctx.errs:at_key(m, k, vpath,
-        "environment variable names must not be empty or contain '=' or newlines, got "
+        "environment variable names must not be empty or contain '=' or control characters, got "
         .. quote(k))
       return nil
     end
@@ -208,7 +219,7 @@ local function environment(ctx, h, hpath)
       return nil
     end
     return v
-  end)
+  end, { secret = true })
   return env or {}
 end
 
@@ -225,7 +236,7 @@ local function decode_host(ctx, h, hpath, profiles)
     engine = kube.engine(ctx, h, "engine", hpath),
     host = firewall.host(ctx, h, "host", hpath),
   }
-  local profile = check.string(ctx, h, "profile", hpath, { nonempty = true })
+  local profile = check.string(ctx, h, "profile", hpath, { nonempty = true, word = true })
   if profile and not profiles[profile] then
     local names = {}
     for n in pairs(profiles) do names[#names + 1] = n end
@@ -253,7 +264,7 @@ local function decode_host(ctx, h, hpath, profiles)
   end
   host.private_address = pa
   local pi = check.string(ctx, h, "privateInterface", hpath, { nonempty = true })
-  if pi and (#pi > 15 or pi:find("[%s/:]")) then
+  if pi and (#pi > 15 or pi:find("[%s%c/:]")) then
     ctx.errs:at_value(h, "privateInterface", join(hpath, "privateInterface"),
       "expected a network interface name (at most 15 characters, no spaces, '/' or ':'), got "
         .. describe(pi))

@@ -48,7 +48,15 @@
 -- Kubernetes would refuse at registration; string fields refuse numbers and booleans
 -- (YAML already lost their spelling: 0644 is 420), except map-of-string values (labels,
 -- environment, ssh options), where integers and booleans are taken as their text; file
--- `perm` must be a quoted octal string; `dst`/`dstDir` must be absolute.
+-- `perm` must be a quoted octal string; `dst`/`dstDir` must be absolute; no string but file
+-- `data` may hold a NUL (C would cut it there: a user "ro\0ot" logs in as "ro"), and
+-- identity fields (ssh/openSSH user, address, keyPath, configPath, options, file names and
+-- owners, registry names, TLS paths) hold no control character at all; an address is at
+-- most 253 characters (the DNS limit); the file itself at most MAX_FILE bytes.
+-- Errors never quote the value of a secret field (auth pass/token, file data, environment
+-- values) nor a URL's user-info; a quoted value is cut to 60 bytes, on a character
+-- boundary, followed by its length. Every error has a line and column: one with no node of
+-- its own (a bare-scalar document) is placed at its document's start.
 -- Where we are looser: booleans accept YAML 1.1 yes/no/on/off as Go's yaml.v3 does, and a
 -- value that came from ${VAR} is re-read as an integer/boolean where one is expected (Go
 -- expands before parsing).
@@ -91,29 +99,34 @@ local function is_empty_doc(d)
   return d == nil or yaml.is_null(d) or (type(d) == "table" and next(d) == nil)
 end
 
+-- Returns the document to validate and its index in docs (its start is where an error
+-- that has no node of its own is reported: a bare-scalar document has no positions).
 local function pick_document(docs, name)
   local candidates = {}
   for i = 1, docs.n or #docs do
-    if not is_empty_doc(docs[i]) then candidates[#candidates + 1] = docs[i] end
+    if not is_empty_doc(docs[i]) then candidates[#candidates + 1] = i end
   end
   if #candidates == 0 then
     return nil, single_error(name, 1, 1, "empty file: expected a document with kind: ZarfCluster")
   end
-  for _, d in ipairs(candidates) do
-    if type(d) == "table" and d.kind == validate.KIND then return d end
+  for _, i in ipairs(candidates) do
+    local d = docs[i]
+    if type(d) == "table" and d.kind == validate.KIND then return d, i end
   end
   -- One document: validate it, so a wrong kind is reported with everything else.
-  if #candidates == 1 then return candidates[1] end
-  local line, col = yaml.where(candidates[1])
+  if #candidates == 1 then return docs[candidates[1]], candidates[1] end
+  local line, col = yaml.where(docs, candidates[1])
   return nil, single_error(name, line or 1, col or 1, string.format(
     "none of the %d documents has kind: ZarfCluster", #candidates))
 end
 
 local function from_docs(docs, name, opts)
-  local doc, err = pick_document(docs, name)
-  if not doc then return nil, err end
+  local doc, index = pick_document(docs, name)
+  if not doc then return nil, index end
   local env = (opts and opts.env) or os.getenv
   local ctx = { file = name, errs = errors.collector(name) }
+  local line, col = yaml.where(docs, index)
+  ctx.errs:set_fallback(line or 1, col or 1)
   ctx.expanded = expand.tree(doc, env, ctx.errs)
   local cluster = validate.document(ctx, doc)
   if #ctx.errs.list > 0 then return nil, ctx.errs:sorted() end
@@ -127,8 +140,40 @@ end
 -- Loads `path`. opts.env(name) -> value|nil supplies ${VAR} (default os.getenv);
 -- opts.decrypt = cargoship.secrets.load_options(ctx) says how encrypted values are read.
 -- Returns the cluster, or nil and a list of errors.
+-- The largest cluster file read: far beyond any real one (the full example is 6 KB), small
+-- enough that /dev/zero or a runaway generator is refused in a moment, not when memory is gone.
+M.MAX_FILE = 32 * 1024 * 1024
+
+-- Reads path whole, or nil and "path: read: why". Pipes work (`validate <(gen)`): the cap
+-- is counted while reading, not taken from the file's size.
+local function read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then
+    local detail = err:sub(1, #path + 2) == path .. ": " and err:sub(#path + 3) or err
+    return nil, path .. ": read: " .. detail
+  end
+  local parts, size = {}, 0
+  while true do
+    local chunk, rerr = f:read(1 << 16)
+    if not chunk then
+      if rerr then f:close(); return nil, path .. ": read: " .. rerr end
+      break
+    end
+    size = size + #chunk
+    if size > M.MAX_FILE then
+      f:close()
+      return nil, string.format("%s: read: larger than %d bytes, which is no cluster file", path, M.MAX_FILE)
+    end
+    parts[#parts + 1] = chunk
+  end
+  f:close()
+  return table.concat(parts)
+end
+
 function M.load(path, opts)
-  local docs, msg = yaml.load_file(path)
+  local text, err = read_file(path)
+  if not text then return nil, load_error(path, err) end
+  local docs, msg = yaml.load(text, path)
   if not docs then return nil, load_error(path, msg) end
   return from_docs(docs, path, opts)
 end

@@ -1,4 +1,6 @@
 -- cargoship.config.net: address, hostname, port and URL syntax as the cluster file uses them.
+local errors = require "cargoship.config.errors"
+
 local M = {}
 
 -- Dotted quad, no leading zeros (Go's net.ParseIP refuses them since they read as octal
@@ -119,11 +121,11 @@ function M.parse_url(s)
   else
     hostname, port = authority:match("^([^:]*):(.*)$")
     if not hostname then hostname = authority end
-    if port and not port:match("^%d*$") then return nil, "bad port " .. port end
+    if port and not port:match("^%d*$") then return nil, "bad port " .. errors.quote(port) end
   end
   if hostname == "" then return nil, "has no host" end
   if not M.is_host_or_ip(hostname) and not hostname:match("^[%w._-]+$") then
-    return nil, "bad host " .. hostname
+    return nil, "bad host " .. errors.quote(hostname)
   end
   if port == "" then port = nil end
   if port and (tonumber(port) < 1 or tonumber(port) > 65535) then

@@ -33,7 +33,7 @@ local function entry(ctx, list, i, lpath)
   local p = check.mapping(ctx, list, i, lpath, { required = true })
   if not p then return nil end
   check.fields(ctx, p, ppath, FIELDS)
-  local file = check.string(ctx, p, "file", ppath, { required = true })
+  local file = check.string(ctx, p, "file", ppath, { required = true, word = true })
   local n, found = check.count_present(p, M.PLACEMENTS)
   if n == 0 then
     ctx.errs:at_node(p, ppath, "missing placement: give one of " .. check.quoted_list(M.PLACEMENTS)

@@ -17,9 +17,36 @@ function M.is_encrypted(s)
   return t:sub(1, 14) == "$ANSIBLE_VAULT" or t:sub(1, 34) == "-----BEGIN AGE ENCRYPTED FILE-----"
 end
 
+-- url with anything between "scheme://" (or the start) and the authority's last "@"
+-- replaced by "******".
+function M.hide_userinfo(url)
+  local head, rest = url:match("^([%a][%w+.-]*://)(.*)$")
+  if not head then head, rest = "", url end
+  local authority, tail = rest:match("^([^/?#]*)(.*)$")
+  local at = authority:match("^.*()@")
+  if not at then return url end
+  return head .. "******" .. authority:sub(at) .. tail
+end
+
 -- What Go's pem.Decode + a CERTIFICATE type check would accept; nil when fine.
+-- Like pem.Decode, a BEGIN line that does not end in "-----" is skipped with the rest of its
+-- line; plain searches line by line keep this linear (an unanchored pattern retried at every
+-- "-----BEGIN " of a long value took minutes).
+local function pem_begin(s)
+  local pos = 1
+  while true do
+    local b = s:find("-----BEGIN ", pos, true)
+    if not b then return nil end
+    local eol = s:find("\n", b, true)
+    if not eol then return nil end
+    local line = s:sub(b + 11, eol - 1):gsub("[ \t\r]+$", "")
+    if #line >= 5 and line:sub(-5) == "-----" then return line:sub(1, -6), eol + 1 end
+    pos = eol + 1
+  end
+end
+
 function M.pem_problem(s)
-  local typ, after = s:match("%-%-%-%-%-BEGIN ([^\n]-)%-%-%-%-%-[ \t\r]*\n()")
+  local typ, after = pem_begin(s)
   if not typ then return "expected a PEM block (-----BEGIN CERTIFICATE-----)" end
   if typ ~= "CERTIFICATE" then
     return string.format("expected a PEM block of type CERTIFICATE, got %s", quote(typ))
@@ -33,15 +60,21 @@ function M.pem_problem(s)
   return nil
 end
 
+local function secrets_kind(v)
+  return require("cargoship.secrets").kind(v)
+end
+
 local function decode_auth(ctx, reg, rpath)
   local a = check.mapping(ctx, reg, "auth", rpath)
   if not a then return nil end
   local apath = join(rpath, "auth")
   check.fields(ctx, a, apath, { "user", "pass", "token" })
   local out = {
-    user = check.string(ctx, a, "user", apath, { nonempty = true }),
-    pass = check.string(ctx, a, "pass", apath, { nonempty = true }),
-    token = check.string(ctx, a, "token", apath, { nonempty = true }),
+    -- an encrypted user is armored over lines: its plain text is checked once decrypted
+    user = check.string(ctx, a, "user", apath, { nonempty = true,
+      word = not (type(a.user) == "string" and secrets_kind(a.user)) }),
+    pass = check.string(ctx, a, "pass", apath, { nonempty = true, secret = true }),
+    token = check.string(ctx, a, "token", apath, { nonempty = true, secret = true }),
   }
   local has_user, has_pass = check.present(a, "user"), check.present(a, "pass")
   if has_user ~= has_pass then
@@ -57,12 +90,15 @@ local function decode_proxy(ctx, reg, rpath)
   local ppath = join(rpath, "proxy")
   check.fields(ctx, p, ppath, { "url", "rewrite" })
   local out = { rewrite = {} }
-  local url = check.string(ctx, p, "url", ppath, { required = true })
+  local url = check.string(ctx, p, "url", ppath, { required = true, word = true })
   if url then
     local u, why = net.parse_url(url)
     if not u then
+      -- the URL's user-info is a password more often than not: never print it back
+      local shown = M.hide_userinfo(url)
       ctx.errs:at_value(p, "url", join(ppath, "url"),
-        string.format("invalid mirror URL %s: %s", quote(url), why))
+        string.format("invalid mirror URL %s: %s", quote(shown), shown == url and why or
+          "must not carry user-info (put credentials in auth)"))
     else
       out.url, out.endpoint, out.host = url, u.url, u.host
     end
@@ -90,9 +126,9 @@ local function decode_tls(ctx, reg, rpath)
   check.fields(ctx, t, tpath, { "ca", "caFile", "certFile", "keyFile", "insecureSkipVerify" })
   local out = {
     ca = check.string(ctx, t, "ca", tpath, { nonempty = true }),
-    ca_file = check.string(ctx, t, "caFile", tpath, { nonempty = true }),
-    cert_file = check.string(ctx, t, "certFile", tpath, { nonempty = true }),
-    key_file = check.string(ctx, t, "keyFile", tpath, { nonempty = true }),
+    ca_file = check.string(ctx, t, "caFile", tpath, { nonempty = true, word = true }),
+    cert_file = check.string(ctx, t, "certFile", tpath, { nonempty = true, word = true }),
+    key_file = check.string(ctx, t, "keyFile", tpath, { nonempty = true, word = true }),
     insecure_skip_verify = check.boolean(ctx, t, "insecureSkipVerify", tpath),
   }
   if check.present(t, "ca") and check.present(t, "caFile") then
@@ -132,7 +168,7 @@ end
 local function decode_entry(ctx, reg, rpath)
   check.fields(ctx, reg, rpath, { "name", "auth", "proxy", "tls" })
   local out = { source = { file = ctx.file, path = rpath } }
-  local name = check.string(ctx, reg, "name", rpath, { required = true })
+  local name = check.string(ctx, reg, "name", rpath, { required = true, word = true })
   if name then
     if name:find("://", 1, true) or name:find("/", 1, true) or name:find("%s") then
       ctx.errs:at_value(reg, "name", join(rpath, "name"),

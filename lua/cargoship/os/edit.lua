@@ -94,7 +94,8 @@ local function short_name(n)
   return h and h:match("^[^.]+")
 end
 
--- nodes: {{address, fqdn?, hostname?, name?}..} in the order the block lists them.
+-- nodes: {{address, fqdn?, hostname?, name?}..} in the order the block lists them; each line
+-- names the FQDN (else the hostname), the short name, then the node name when it differs.
 local function host_lines(nodes)
   local out = {}
   for _, n in ipairs(nodes or {}) do
@@ -102,7 +103,8 @@ local function host_lines(nodes)
       return nil, string.format("hosts entry %s: %q is not an IP address", tostring(n.name), tostring(n.address))
     end
     local names, seen = {}, {}
-    for _, h in ipairs({ n.fqdn or n.hostname or n.name, short_name(n) }) do
+    -- the node name too, when the cluster file's `hostname` makes it differ from the machine's
+    for _, h in ipairs({ n.fqdn or n.hostname or n.name, short_name(n), n.name }) do
       if h and not seen[h] then
         if not h:match("^[%w][%w.-]*$") then return nil, string.format("hosts entry %q is not a host name", h) end
         names[#names + 1] = h

@@ -6,11 +6,12 @@
 -- when the OS has no answer); the host object runs them, the configurer never does.
 -- Builders for the prepare phases (content from cargoship.os.edit, records from
 -- cargoship.action; `current` is the file as the host has it, nil when absent):
---   sysctl(values) -> {path, content, mode = "0644", load = "sysctl --system"}
+--   sysctl(values) -> {path, content, mode = "0644", load = "sysctl -p <path>"}
 --   sysctl_actions(values) -> {write, run load}
 --   environment_actions(current, vars) -> {write} | {} when unchanged | nil, why
---   modules_actions(names, present?) -> writes for modules without a file (present: {name = true}),
---       then one `modprobe` per module (loaded now, not only at the next boot)
+--   modules_actions(names, have?, loaded?) -> writes for modules whose file differs (have: {name =
+--       content}), then one command loading those the kernel lacks (loaded: {name = true}) now,
+--       not only at the next boot, naming every module that failed
 --   hosts_actions(current, nodes) -> {write} | {} | nil, why
 --   install_local(paths, names?) -> actions: staged package files through the package
 --       manager, then pinned (children: debian, rhel, sles); linux has none
@@ -135,8 +136,9 @@ end
 -- ---- prepare-phase builders ----------------------------------------------------------
 
 function M:sysctl(values)
-  return { path = self.paths.sysctl_dir .. "/99-cargoship.conf", content = edit.sysctl(values), mode = "0644",
-           load = "sysctl --system" }
+  -- loads our file alone: one broken drop-in of someone else's must not fail the phase
+  local path = self.paths.sysctl_dir .. "/99-cargoship.conf"
+  return { path = path, content = edit.sysctl(values), mode = "0644", load = shell.fmt("sysctl -p %s", path) }
 end
 
 function M:sysctl_actions(values)
@@ -164,20 +166,31 @@ end
 
 -- A modules-load.d file makes the module load at boot; modprobe loads it now, so nothing
 -- waits for a reboot (distro-package.md §14.7). 0644: systemd-modules-load reads it as root,
--- and a module name is no secret.
-function M:modules_actions(names, present)
-  local writes, probes = {}, {}
+-- and a module name is no secret. have = {name = the file's content on the host}, loaded =
+-- {name = true} for modules the kernel has (loaded or built in): only what differs is
+-- written, only what is missing is loaded, in one command that tries every module and
+-- names each one that failed, so one missing module does not hide the others.
+function M:modules_actions(names, have, loaded)
+  local out, load = {}, {}
   for _, name in ipairs(names or {}) do
     local content, why = edit.module_file(name)
     if not content then return nil, why end
-    if not (present and present[name]) then
-      writes[#writes + 1] = action.write { path = self.paths.modules_load_dir .. "/" .. name .. ".conf",
-                                           content = content, mode = "0644" }
+    if not (have and have[name] == content) then
+      out[#out + 1] = action.write { path = self.paths.modules_load_dir .. "/" .. name .. ".conf",
+                                     content = content, mode = "0644" }
     end
-    probes[#probes + 1] = action.run { cmd = shell.fmt("modprobe -- %s", name), say = "load kernel module " .. name }
+    if not (loaded and loaded[name]) then load[#load + 1] = name end
   end
-  for _, a in ipairs(probes) do writes[#writes + 1] = a end
-  return writes
+  if #load > 0 then
+    out[#out + 1] = action.run {
+      -- the error names the modules on its first line (what a failed command's message shows),
+      -- then the last failure's first line of modprobe's own words
+      cmd = "failed=; why=; for m in " .. shell.words(table.unpack(load)) .. '; do if ! err=$(modprobe -- "$m" 2>&1);'
+        .. ' then failed="$failed $m"; why=$(printf %s "$err" | head -n 1); fi; done;'
+        .. ' if [ -n "$failed" ]; then echo "kernel module(s) failed to load:$failed ($why)" >&2; exit 1; fi',
+      say = "load kernel module" .. (#load > 1 and "s " or " ") .. table.concat(load, ", ") }
+  end
+  return out
 end
 
 M.selinux_probe = function() return selinux.PROBE end

@@ -55,15 +55,25 @@ end
 
 local steps = setmetatable({}, { __index = common.steps })
 
+-- The staged engine files, as "Install staged files" (phase 25) would install them: what
+-- phases 15-17 staged and is not yet in place; the host is then marked so phase 25 skips it.
+-- A host without staged files (a package without os.files for it, or specs handing in
+-- host.facts.staged) takes host.facts.staged.
 function steps.install_engine(ctx, host)
+  local acts
   local staged = common.staged(host)
-  if not staged then
+  if staged then
+    acts = ctx.engine:install(common.node(host), staged, host.os)
+  elseif ctx.distro.os_files and require("distros.uploads").method(ctx, host) then
+    acts = require("cargoship.phases.install_staged").assess(ctx, host)
+  else
     return nil, host.name .. ": " .. ctx.engine.name .. " is not installed and no engine files were staged"
-      .. " on it (the upload phases stage them from the distro package)"
+      .. " on it (the distro package has no os.files for this host's role, arch and package manager)"
   end
-  local acts = ctx.engine:install(common.node(host), staged, host.os)
   local _, err = host:apply(acts)
   if err then return nil, host.name .. ": installing " .. ctx.engine.name .. ": " .. tostring(err) end
+  ctx.installed_engine = ctx.installed_engine or {}
+  ctx.installed_engine[host] = true
   return true
 end
 
@@ -105,7 +115,7 @@ function M.make(o)
   local phase = {
     id = o.id,
     title = o.title,
-    reads = { "connection", "facts", "engine_version", "engine_config", "lock" },
+    reads = { "connection", "facts", "engine_version", "engine_config", "staged_engine", "lock" },
     creates = { o.role == "controller" and "controllers" or "workers" },
     steps = steps,
   }

@@ -18,6 +18,8 @@
 --                   type, else the leader's engine; nil when neither is known
 --   engine_type     its type ("rke2", "k3s", ...), engine_running: some controller's service runs
 --   nodes           the cluster's nodes as "Checking for nodes no longer in the config" listed them
+--   installed_engine {[host] = true}: hosts phases 20/22 installed the staged engine on, which
+--                   "Install staged files" (25) then skips
 --   join_secret     the join tokens "Configure engine" read from the leader or made
 --                   (rancher: {token, agent_token}); the Initialize phases use them
 --   locks           {[host name] = lock handle} this run holds (phase 7 takes, 30 releases)
@@ -25,7 +27,7 @@
 --   validation      the problems "Validate hosts" found ({host =, message =})
 --   state           a table custom phases share among themselves; built-in phases use the fields
 -- }
--- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg),
+-- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg), ctx:leave(host, why),
 -- ctx:planned(host), ctx:apply(host, actions): see below.
 local host_mod = require "cargoship.host"
 local pool = require "cargoship.pool"
@@ -69,6 +71,7 @@ function M.new(o)
     engine_running = false,
     nodes = nil,
     join_secret = nil,
+    installed_engine = {},
     locks = {},
     lock_conflicts = {},
     validation = nil,
@@ -181,6 +184,15 @@ function Context:host_lost(host, msg)
   if self._failures then self:fail(host, msg) end
 end
 
+-- ctx:leave(host, why): in assess, says why the phase leaves host alone although it would
+-- otherwise act there (a firewall front end installed but stopped, say). Not a failure and
+-- not work: the host has nothing to do, and the report shows the sentence under it.
+function Context:leave(host, why)
+  self._left = self._left or {}
+  self._left[host] = tostring(why)
+  if host.log then host.log:info("left alone: %s", tostring(why)) end
+end
+
 -- ctx:planned(host) -> the action records the running phase assessed on host ({} for none).
 -- A phase's run executes them, in the order it chooses, with ctx:apply.
 function Context:planned(host)
@@ -210,6 +222,12 @@ function Context:apply(host, actions)
   end
   if err then return nil, err end
   return true
+end
+
+-- ctx:progress(done, n, detail): a phase's own progress (the upload phases' bytes): on a
+-- terminal the phase's line reads "... done/n hosts, detail". Nothing elsewhere.
+function Context:progress(done, n, detail)
+  if self._progress then self._progress(done, n, detail) end
 end
 
 M.Context = Context

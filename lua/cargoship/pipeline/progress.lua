@@ -72,10 +72,12 @@ function Progress:start(index, total, title)
   end
 end
 
--- done of n hosts have finished the current step of the phase.
-function Progress:hosts(done, n)
+-- done of n hosts have finished the current step of the phase; detail (bytes sent, say)
+-- stays on the line until the phase gives another or ends.
+function Progress:hosts(done, n, detail)
   if not self.enabled or not self.tty or not self.prefix then return end
-  self.text = string.format("%s ... %d/%d hosts", self.prefix, done, n)
+  if detail then self.detail = detail end
+  self.text = string.format("%s ... %d/%d hosts%s", self.prefix, done, n, self.detail and (", " .. self.detail) or "")
   if done == n or self.now() - self.last_draw >= REDRAW_EVERY then self:draw() end
 end
 
@@ -84,7 +86,7 @@ function Progress:finish(index, total, title, summary)
   if not self.enabled then return end
   if self.tty then
     self.stream:write(CLEAR, string.format("[%d/%d] %s: %s\n", index, total, title, summary))
-    self.shown, self.text, self.prefix = false, nil, nil
+    self.shown, self.text, self.prefix, self.detail = false, nil, nil, nil
   else
     self.stream:write(string.format("phase %d/%d %s: %s\n", index, total, title, summary))
   end

@@ -7,11 +7,12 @@
 --           | "not_confirmed" | "declined"                     (a real run stopped before it began)
 --   ok = bool (no phase failed, not interrupted), pending = bool (dry run: work is pending),
 --   interrupted = bool, error = nil | string, elapsed = seconds,
---   not_in_build = nil | {first = 8, last = 29, text = "phases 8-29 (...) are not in this build"},
+--   not_in_build = nil | {first = 14, last = 29, text = "phases 14-29 (...) are not in this build"},
 --   phases = { {index, number, id, title, dry_run_policy = "read_only"|"own"|"reported",
 --       verdict = "ran"|"own"|"would_act"|"nothing_to_do"|"unassessed"|"failed"|"skipped"|"interrupted",
 --       elapsed, probes, writes, error = nil | string, summary = nil | string (the phase's own),
 --       hosts = { {host = name, actions = {action}, reason = nil | string,
+--                  left_alone = nil | string (why the phase leaves the host alone: ctx:leave),
 --                  error = nil | string, probes, writes} }   -- config order
 --   } },
 --   where action = the public part of an action record (cargoship.action.public: kind, say,
@@ -204,7 +205,9 @@ local function lines_key(h)
 end
 
 local function same_lines(a, b)
-  if a.error or b.error or a.reason ~= b.reason or #a.actions ~= #b.actions then return false end
+  if a.error or b.error or a.reason ~= b.reason or a.left_alone ~= b.left_alone or #a.actions ~= #b.actions then
+    return false
+  end
   return lines_key(a) == lines_key(b)
 end
 
@@ -260,7 +263,9 @@ local function host_lines(out, p)
   end
   local width = 0
   for _, h in ipairs(p.hosts) do
-    if (has_actions(h) or h.reason or h.error) and not in_group[h.host] then width = math.max(width, #h.host) end
+    if (has_actions(h) or h.reason or h.error or h.left_alone) and not in_group[h.host] then
+      width = math.max(width, #h.host)
+    end
   end
   local quiet = 0
   for _, h in ipairs(p.hosts) do
@@ -274,6 +279,10 @@ local function host_lines(out, p)
       end
       if h.reason then
         out[#out + 1] = "       " .. name .. "  unassessed: " .. h.reason
+        said = true
+      end
+      if h.left_alone then
+        out[#out + 1] = "       " .. name .. "  left alone: " .. h.left_alone
         said = true
       end
       if h.error then
@@ -377,6 +386,7 @@ local function json_phase(p)
   local hosts = json.array({})
   for i, h in ipairs(p.hosts) do
     hosts[i] = { host = h.host, actions = json_actions(h.actions), reason = or_null(h.reason),
+      left_alone = or_null(h.left_alone),
       error = or_null(h.error), probes = h.probes or 0, writes = h.writes or 0 }
   end
   return { index = p.index, number = p.number, id = p.id, title = p.title,

@@ -173,9 +173,12 @@ end
 -- Assesses hosts concurrently; -> the hosts with work (actions recorded on their entries).
 function Run:assess(phase, entry, hosts)
   local ctx = self.ctx
+  ctx._left = {}
   local ok, a, b = ctx:each(hosts, function(h)
     return normalize_actions(phase.assess(ctx, h))
   end)
+  for h, why in pairs(ctx._left) do self:entry_for(entry, h).left_alone = why end
+  ctx._left = nil
   local values = a
   if not ok then
     values = b
@@ -382,7 +385,7 @@ function Run:phase(i, phase)
   local t0 = loop.now()
   local before = counters(ctx.hosts)
   ctx._failures = {}
-  ctx._progress = function(done, n) self.progress:hosts(done, n) end
+  ctx._progress = function(done, n, detail) self.progress:hosts(done, n, detail) end
   local trace
   local ok, err = xpcall(function()
     local hosts = self:prepare(phase)

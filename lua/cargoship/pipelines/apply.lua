@@ -1,9 +1,10 @@
 -- cargoship.pipelines.apply: the phases of `cargoship apply`, in order (spec/apply-phases.txt).
 --
--- Phases 1-7, 18-22 (importing images, configuring the engine, initializing controllers,
--- applying manifests, initializing workers), 30 and 31 are in this build. Phases 8-17
--- (preparing hosts, uploads) and 23-29 (upgrades, config sync, kubeconfig, labels) are not
--- written yet; the report and `apply --help` say so instead of pretending they ran.
+-- In this build: phases 1-17 (connect to host preparation, then the uploads), 18-22
+-- (import images, configure the engine, initialize controllers, apply manifests,
+-- initialize workers), 25 (install staged files), 30 and 31. Phases 23-24 and 26-29
+-- (upgrading engines, syncing config, kubeconfig, labels) are not written yet; the report
+-- and `apply --help` say so instead of pretending they ran.
 local M = {}
 
 M.name = "apply"
@@ -19,21 +20,31 @@ M.phases = {
   { 5, "cargoship.phases.distro_facts" },
   { 6, "cargoship.phases.removed_nodes" },
   { 7, "cargoship.phases.acquire_lock" },
+  { 8, "cargoship.phases.prepare_hosts" },
+  { 9, "cargoship.phases.enterprise_linux" },
+  { 10, "cargoship.phases.fapolicyd" },
+  { 11, "cargoship.phases.selinux_policy" },
+  { 12, "cargoship.phases.update_hosts" },
+  { 13, "cargoship.phases.update_firewall" },
+  { 14, "cargoship.phases.upload_files" },
+  { 15, "cargoship.phases.upload_rpm" },
+  { 16, "cargoship.phases.upload_apt" },
+  { 17, "cargoship.phases.upload_binaries" },
   { 18, "cargoship.phases.import_images" },
   { 19, "cargoship.phases.configure_engine" },
   { 20, "cargoship.phases.initialize_controller" },
   { 21, "cargoship.phases.apply_manifests" },
   { 22, "cargoship.phases.initialize_worker" },
+  { 25, "cargoship.phases.install_staged" },
   { 30, "cargoship.phases.release_lock" },
   { 31, "cargoship.phases.disconnect" },
 }
 
--- One gap is shown (between 7 and 18); its text names the other too.
+-- The report prints the text once, where the gap 23-24 is; it names every gap.
 M.not_in_build = {
-  first = 8,
-  last = 17,
-  text = "phases 8-17 (preparing hosts, uploads) and 23-29 (upgrades, config sync, kubeconfig, labels)"
-    .. " are not in this build",
+  first = 23,
+  last = 24,
+  text = "phases 23-24 and 26-29 (upgrading engines, syncing config, kubeconfig, labels) are not in this build",
 }
 
 return M

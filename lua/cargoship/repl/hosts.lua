@@ -129,7 +129,7 @@ local function fan_out(g, method, cmd, opts)
   local width = 0
   for _, h in ipairs(g.hosts) do width = math.max(width, #h.name) end
   local results = pool.map(g.hosts, g.concurrency, function(h)
-    return table.pack(exec(h, method, cmd, opts, string.format("%-" .. width .. "s | ", h.name)))
+    return table.pack(exec(h, method, cmd, opts, lines.prefix(h.name, width)))
   end)
   local out = setmetatable({}, Results)
   for i, r in ipairs(results) do
@@ -141,7 +141,7 @@ local function fan_out(g, method, cmd, opts)
       if r.code == "cancelled" then error("cancelled", 0) end
       local msg = tostring(r.err)
       out[h.name] = { error = msg }
-      M.io[h].stderr:write(string.format("%-" .. width .. "s | error: %s\n", h.name, msg))
+      M.io[h].stderr:write(lines.prefix(h.name, width) .. "error: " .. msg .. "\n")
     end
   end
   return out

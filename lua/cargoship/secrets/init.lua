@@ -160,6 +160,10 @@ function M.decrypt_cluster(ctx, cluster, o)
           block[f.norm] = plain
           redact_list(cluster, plain)
           local bad = f.key == "ca" and registries.pem_problem(plain)
+          -- a ciphertext is armored over lines; the user it hides is one word, as in plain text
+          if f.key == "user" then
+            bad = require("cargoship.config.check").control_problem(plain, true)
+          end
           if bad then ctx.errs:at_value(container, f.key, path, "after decryption: " .. bad) end
         end
       elseif f.key == "pass" or f.key == "token" then

@@ -45,29 +45,39 @@ describe("apply", function()
 
   it("turns its flags into the apply_options the runner will take", function()
     local a = parsed({ "c.yaml", "--dry-run", "--confirm", "--concurrency", "5", "--output=json",
-      "--timeout", "1m30s", "-FH", "--allow-unmanaged-nodes", "--values", "a.yaml", "--values=b.yaml" })
+      "--timeout", "1m30s", "-FHf", "--allow-unmanaged-nodes", "--values", "a.yaml", "--values=b.yaml" })
     assert.are.same({
       cluster_file = "c.yaml", dry_run = true, confirm = true, concurrency = 5, output = "json",
-      timeout = 90, update_firewall = true, update_hosts = true, allow_unmanaged_nodes = true,
+      timeout = 90, update_firewall = true, update_hosts = true, fapolicyd = true, allow_unmanaged_nodes = true,
       values = { "a.yaml", "b.yaml" }, log_file = "/tmp/run.log",
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
-      max_clock_skew = 30, allow_downgrade = false,
+      max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8,
     }, apply.apply_options(ctx_with_log("/tmp/run.log"), a))
   end)
 
   it("has the documented defaults", function()
     assert.are.same({
       cluster_file = "c.yaml", dry_run = false, confirm = false, concurrency = 30, output = "text",
-      update_firewall = false, update_hosts = false, allow_unmanaged_nodes = false, values = {},
+      update_firewall = false, update_hosts = false, fapolicyd = false, allow_unmanaged_nodes = false, values = {},
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
-      max_clock_skew = 30, allow_downgrade = false,
+      max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8,
     }, apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml" })))
+  end)
+
+  it("takes the Go tool's flag names and keeps the older ones as aliases", function()
+    for _, argv in ipairs({ { "--firewall", "--hosts", "--fapolicyd" },
+                            { "--update-firewall", "--update-hosts", "-f" } }) do
+      table.insert(argv, 1, "c.yaml")
+      local o = apply.apply_options(ctx_with_log(nil), parsed(argv))
+      assert.same({ true, true, true }, { o.update_firewall, o.update_hosts, o.fapolicyd })
+    end
   end)
 
   it("takes the SSH and distro flags", function()
     local o = apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml", "--known-hosts", "/kh",
       "--host-key-policy", "accept-new", "--ssh-timeout", "5s", "--max-clock-skew", "2m",
-      "--distro", "pkg/", "--allow-downgrade" }))
+      "--distro", "pkg/", "--allow-downgrade", "--concurrent-uploads", "3" }))
+    assert.are.equal(3, o.concurrent_uploads)
     assert.are.equal("/kh", o.known_hosts)
     assert.are.equal("accept-new", o.host_key_policy)
     assert.are.equal(5, o.ssh_timeout)

@@ -114,4 +114,24 @@ describe("validate with the cluster-file loader", function()
     assert.matches("no/such/cluster.yaml", err, 1, true)
     assert.matches("no/such/cluster.yaml: 1 error\n", err, 1, true)
   end)
+
+  -- Error texts quote values cut to 60 bytes, and values carry bytes from the environment:
+  -- neither may make the JSON document invalid UTF-8.
+  it("emits valid UTF-8 JSON for a value cut inside a character and for raw bytes", function()
+    local dir = support.temp_dir()
+    local path = dir .. "/c.yaml"
+    local f = assert(io.open(path, "wb"))
+    f:write("apiVersion: zarf.dev/v1alpha1\nkind: ZarfCluster\nmetadata: {name: t}\nspec:\n",
+      "  config: {loadbalancer: lb.example.internal}\n  hosts:\n",
+      "    - {role: controller, hostname: \"", ("é"):rep(80), "\", ssh: {address: 192.0.2.1}}\n",
+      "    - {role: worker, ssh: {address: \"${BYTES}\"}}\n")
+    f:close()
+    local code, out = support.run({ "validate", "--output", "json", path }, { BYTES = "h\255\254\192.x" })
+    support.remove_tree(dir)
+    assert.are.equal(1, code)
+    assert.truthy(utf8.len(out), "invalid UTF-8 in: " .. out)
+    local doc = cjson.decode(out)
+    assert.are.equal(2, #doc.errors)
+    assert.truthy(doc.errors[2].message:find("h\u{FFFD}\u{FFFD}\u{FFFD}.x", 1, true), doc.errors[2].message)
+  end)
 end)

@@ -273,7 +273,9 @@ describe("decrypted values stay secret", function()
     for _, v in ipairs(VALUES) do assert.is_true(redacted[v[4]], v[3]) end
   end)
 
-  it("the real logger masks them, the CA's lines included", function()
+  -- shorter secrets are not masked by substring (masking "u2" everywhere would show what it
+  -- is: see log.MIN_MASKED); they are kept out of messages by field instead
+  it("the real logger masks those long enough to mask safely, the CA's lines included", function()
     assert.equal(0, (support.run({ "vault", "encrypt", "--vault-password-file", dir .. "/pw", file })))
     local c = assert(config.load(file, { decrypt = { vault_password_file = dir .. "/pw" } }))
     local out = support.capture()
@@ -281,7 +283,14 @@ describe("decrypted values stay secret", function()
     for _, v in ipairs(c.secrets) do logger:redact(v) end
     logger:info("auth %s:%s token %s ca %s", c.registries[1].auth.user, c.registries[1].auth.pass,
       c.registries[2].auth.token, c.registries[2].tls.ca)
-    for _, v in ipairs(VALUES) do assert.is_nil(out.text():find(v[4], 1, true), v[3]) end
+    local masked = 0
+    for _, v in ipairs(VALUES) do
+      if #v[4] >= require("cargoship.log").MIN_MASKED then
+        assert.is_nil(out.text():find(v[4], 1, true), v[3])
+        masked = masked + 1
+      end
+    end
+    assert.is_true(masked >= 2, "the long pass and the CA are masked")
     assert.matches("******", out.text(), 1, true)
   end)
 end)

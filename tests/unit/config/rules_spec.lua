@@ -263,13 +263,13 @@ describe("hosts", function()
       "spec.hosts[0].privateInterface: expected a network interface name", host_doc(SSH
         .. "privateInterface: enp0s3") },
     { "environment keys have no '='", host_doc(SSH .. "environment: {\"A=B\": c}"),
-      "environment variable names must not be empty or contain '=' or newlines",
+      "environment variable names must not be empty or contain '=' or control characters",
       host_doc(SSH .. "environment: {A: \"b=c\", N: 1, T: true}") },
     { "environment values have no newline", host_doc(SSH .. "environment: {A: \"b\\nc\"}"),
       "spec.hosts[0].environment.A: environment values must not contain newlines", host_doc(SSH
         .. "environment: {A: b}") },
     { "environment values are text", host_doc(SSH .. "environment: {V: 1.10}"),
-      "expected a string, got float 1.1 (quote it to keep it as text)", host_doc(SSH
+      "expected a string, got a float (value hidden: the field is secret) (quote it to keep it as text)", host_doc(SSH
         .. "environment: {V: \"1.10\"}") },
     { "unique ssh login across hosts", doc({ hosts = { "role: controller\nssh: {address: h1}",
         "role: worker\nssh: {address: h1, user: root, port: 22}" } }),

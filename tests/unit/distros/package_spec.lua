@@ -32,8 +32,54 @@ spec:
   version: 1.35.4-rke2r1
   config: {}
 ]])
+    local got = package_reader.read(p)
     assert.same({ type = "rke2", version = "1.35.4-rke2r1", architectures = { "amd64", "arm64" },
-                  name = "demo-rke2", file = p, engine = {}, manifests = {} }, package_reader.read(p))
+                  name = "demo-rke2", file = p, engine = {} },
+                { type = got.type, version = got.version, architectures = got.architectures, name = got.name,
+                  file = got.file, engine = got.engine })
+    -- no checksums.txt and no aggregate: a definition, not a built package (no files to upload)
+    assert.is_false(got.built)
+    assert.same({ sysctl = {}, env = {}, kernel = {}, files = {},
+                  selinux = { modules = {}, booleans = {}, file_contexts = {} } }, got.os)
+  end)
+
+  it("checks spec.config.os and normalizes it for the prepare phases", function()
+    local p = write("os.yaml", HEAD .. [[
+metadata: {name: o}
+spec:
+  type: rke2
+  version: 1.35.4-rke2r1
+  config:
+    os:
+      sysctl: {net.ipv4.ip_forward: 1, vm.max_map_count: "262144"}
+      env: {HTTPS_PROXY: "http://proxy:3128"}
+      kernel: [br_netfilter, overlay]
+      fapolicyd: "allow perm=any all : all\n"
+      selinux:
+        modules: [{name: cargoship-rke2, cil: "(allow a b (file (read)))"}]
+        booleans: {container_manage_cgroup: true}
+        fileContexts: [{path: "/var/lib/rancher(/.*)?", type: container_var_lib_t}]
+      files:
+        - {source: rpms/container-selinux-2.229.0-1.el9.noarch.rpm, target: /tmp/container-selinux.rpm,
+           shasum: abc, selector: {package: rpm}}
+]])
+    local pkg = assert(package_reader.read(p))
+    assert.same({ ["net.ipv4.ip_forward"] = "1", ["vm.max_map_count"] = "262144" }, pkg.os.sysctl)
+    assert.same({ "br_netfilter", "overlay" }, pkg.os.kernel)
+    assert.equal("allow perm=any all : all\n", pkg.os.fapolicyd)
+    assert.same({ { name = "cargoship-rke2", priority = 400, cil = "(allow a b (file (read)))" } },
+      pkg.os.selinux.modules)
+    assert.same({ { path = "/var/lib/rancher(/.*)?", type = "container_var_lib_t", file_type = "all" } },
+      pkg.os.selinux.file_contexts)
+    assert.same({ index = 1, target = "/tmp/container-selinux.rpm", basename = "container-selinux.rpm", sha256 = "abc",
+                  package = "rpm", source = dir .. "/os/0/container-selinux.rpm" }, pkg.os.files[1])
+    local bad = write("bad-os.yaml", HEAD .. [[
+metadata: {name: o}
+spec: {type: rke2, version: 1.35.4-rke2r1, config: {os: {kernel: ["rm -rf /"]}}}
+]])
+    local none, why = package_reader.read(bad)
+    assert.is_nil(none)
+    assert.matches('spec.config.os.kernel[0]: "rm -rf /" is not a module name', why, 1, true)
   end)
 
   it("carries spec.config.engine for the engine configurers to render", function()

@@ -13,15 +13,15 @@ local NODES = { { address = "10.0.0.1", fqdn = "cp1.example.internal", name = "c
                 { address = "fd00::3", name = "w1" } }
 
 describe("sysctl drop-in", function()
-  it("is one file of sorted key = value lines under a header, loaded with sysctl --system", function()
+  it("is one file of sorted key = value lines under a header, loaded with sysctl -p of that file", function()
     local f = cfg("ubuntu"):sysctl { ["net.ipv4.ip_forward"] = 1, ["fs.inotify.max_user_instances"] = "8192",
                                      ["net.bridge.bridge-nf-call-iptables"] = 1 }
     assert.same({ path = "/etc/sysctl.d/99-cargoship.conf", content = fx("sysctl-99-cargoship.conf"), mode = "0644",
-                  load = "sysctl --system" }, f)
+                  load = "sysctl -p '/etc/sysctl.d/99-cargoship.conf'" }, f)
     local acts = cfg("rocky"):sysctl_actions { ["vm.max_map_count"] = 262144 }
     assert.same({ "write", "run" }, { acts[1].kind, acts[2].kind })
     assert.equal(edit.SYSCTL_HEADER .. "vm.max_map_count = 262144\n", acts[1].content)
-    assert.equal("sysctl --system", acts[2].cmd)
+    assert.equal("sysctl -p '/etc/sysctl.d/99-cargoship.conf'", acts[2].cmd)
   end)
   it("refuses keys and values that would break the file", function()
     assert.has_error(function() edit.sysctl { ["a b"] = 1 } end)
@@ -60,13 +60,16 @@ describe("/etc/environment upsert", function()
 end)
 
 describe("modules-load.d", function()
-  it("writes a file for each module that has none, then loads every module now", function()
-    local acts = cfg("debian"):modules_actions({ "br_netfilter", "overlay" }, { overlay = true })
-    assert.same({ "write", "run", "run" }, { acts[1].kind, acts[2].kind, acts[3].kind })
+  it("writes a file for each module whose file differs, then loads the missing ones in one command", function()
+    local acts = cfg("debian"):modules_actions({ "br_netfilter", "overlay", "nf_conntrack" },
+      { overlay = "overlay\n", nf_conntrack = "nf_conntrack # edited\n" }, { nf_conntrack = true })
+    assert.same({ "write", "write", "run" }, { acts[1].kind, acts[2].kind, acts[3].kind })
     assert.same({ "/etc/modules-load.d/br_netfilter.conf", "br_netfilter\n", "0644" },
       { acts[1].path, acts[1].content, acts[1].mode })
-    assert.equal("modprobe -- 'br_netfilter'", acts[2].cmd)
-    assert.equal("modprobe -- 'overlay'", acts[3].cmd)
+    assert.equal("/etc/modules-load.d/nf_conntrack.conf", acts[2].path)
+    assert.matches("for m in 'br_netfilter' 'overlay'; do if ! err=$(modprobe", acts[3].cmd, 1, true)
+    assert.equal("load kernel modules br_netfilter, overlay", acts[3].say)
+    assert.same({}, cfg("debian"):modules_actions({ "overlay" }, { overlay = "overlay\n" }, { overlay = true }))
     local none, why = cfg("debian"):modules_actions({ "ok", "rm -rf /" })
     assert.is_nil(none)
     assert.matches("is not a module name", why)

@@ -43,7 +43,7 @@ describe("firewall actions: ufw", function()
     assert.equal("/etc/ufw/applications.d/cargoship", acts[1].path)
     assert.matches("\nports=6443/tcp|30000:32767/tcp|8472/udp\n", acts[1].content, 1, true)
     assert.equal("ufw app update 'cargoship-ports'", acts[2].cmd)
-    assert.equal("'ufw' 'allow' 'from' '10.0.0.2' 'comment' 'cargoship:trust'", acts[3].cmd)
+    assert.equal("'ufw' 'allow' 'from' '10.0.0.2' 'comment' 'cargoship:trust:10.0.0.2'", acts[3].cmd)
     assert.equal("'ufw' 'allow' 'cargoship-ports' 'comment' 'cargoship:ports'", acts[6].cmd)
     assert.same({ "/var/lib/cargoship/ufw.rules",
                   "allow from 10.0.0.2\nallow from 10.42.0.0/16\nallow from fd00::/64\nallow cargoship-ports\n" },
@@ -55,7 +55,7 @@ describe("firewall actions: ufw", function()
       previous = "allow from 10.0.0.2\nallow from 10.0.0.9\nallow cargoship-ports\n" }))
     assert.equal("'ufw' 'delete' 'allow' 'from' '10.0.0.9'", acts[1].cmd)
     assert.equal("'ufw' 'delete' 'allow' 'cargoship-ports'", acts[2].cmd)
-    assert.equal("'ufw' 'allow' 'from' '10.0.0.2' 'comment' 'cargoship:trust'", acts[3].cmd)
+    assert.equal("'ufw' 'allow' 'from' '10.0.0.2' 'comment' 'cargoship:trust:10.0.0.2'", acts[3].cmd)
     assert.equal(4, #acts)
   end)
 end)
@@ -84,5 +84,45 @@ describe("firewall actions refuse what cannot be a rule", function()
     assert.is_nil((firewall.actions("ufw", { ports = { { port = "6443/tcp" } } })))
     assert.is_nil((firewall.actions("ufw", { ports = { { port = "53", protocol = "sctp" } } })))
     assert.is_nil((firewall.actions("iptables", {})))
+  end)
+end)
+
+describe("firewall: the operator's rules and cargoship's SSH session", function()
+  local RULE = { name = "lockdown", action = "deny", direction = "in", source = "any", destination = "any",
+                 protocol = "tcp", port = "20-30" }
+  it("refuses a rule that would drop or reject the SSH port from where cargoship connects", function()
+    assert.matches('firewall rule "lockdown" would close the SSH port 22 cargoship is connected through from 10.0.0.1',
+      firewall.ssh_guard({ RULE }, { port = 22, client = "10.0.0.1" }), 1, true)
+    local from_net = { name = "n", action = "reject", source = "10.0.0.0/8" }
+    assert.matches('"n" would reject', firewall.ssh_guard({ from_net }, { port = 2222, client = "10.9.9.9" }))
+  end)
+  it("lets through rules that cannot touch the session", function()
+    for _, r in ipairs {
+      { name = "other-port", action = "deny", protocol = "tcp", port = "23" },
+      { name = "udp", action = "deny", protocol = "udp", port = "22" },
+      { name = "other-source", action = "deny", source = "192.0.2.0/24", protocol = "tcp", port = "22" },
+      { name = "allow", action = "allow", protocol = "tcp", port = "22" },
+      { name = "out", action = "deny", direction = "out", protocol = "tcp", port = "22" },
+    } do
+      assert.is_nil(firewall.ssh_guard({ r }, { port = 22, client = "10.0.0.1" }), r.name)
+    end
+  end)
+  it("renders rules for ufw and firewalld in their own words", function()
+    assert.equal("deny in from any to any port 20:30 proto tcp", firewall.ufw_rule(RULE))
+    assert.equal("route allow in on eth0 out on eth1 from 10.1.0.0/16 to any", firewall.ufw_rule {
+      action = "allow", direction = "forward", ingress = "eth0", egress = "eth1", source = "10.1.0.0/16" })
+    assert.equal('rule family="ipv4" source address="192.0.2.0/24" port port="9100" protocol="tcp" accept',
+      firewall.rich_rule { action = "allow", source = "192.0.2.0/24", protocol = "tcp", port = "9100" })
+    assert.equal('rule protocol value="sctp" reject', firewall.rich_rule { action = "reject", protocol = "sctp" })
+    assert.same({ nil, 'firewall rule "o": direction out on firewalld needs a policy object, which this build does not'
+      .. " write (inbound rules only)" }, { firewall.actions("firewalld", { rules = { { name = "o", action = "deny",
+      direction = "out" } } }) })
+    assert.same({ nil, 'firewall rule "x": source "10.0.0.1; reboot" is not an address or CIDR' },
+      { firewall.actions("nftables", { rules = { { name = "x", action = "deny", source = "10.0.0.1; reboot" } } }) })
+  end)
+  it("leaves a host alone whose non-preferred front end is installed but stopped", function()
+    local b, why = firewall.choose(nil, { firewalld = "stopped", ufw = "absent", nftables = "usable", zones = {} })
+    assert.is_nil(b)
+    assert.matches("firewalld is installed but not running: nothing is written beneath it", why, 1, true)
   end)
 end)

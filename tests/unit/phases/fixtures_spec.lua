@@ -4,9 +4,14 @@
 --   description  what the case shows
 --   module       the phase module ("cargoship.phases.acquire_lock"), or
 --   file         a custom phase file, loaded as apply loads it (contrib/phases/motd.lua)
---   host         {name, role, facts}: the host entry and the facts earlier phases found
---   ctx          context fields: dry_run (default true), cluster, distro (the package: sets
---                ctx.engine), join_secret, locks, ... (the host is the leader when a controller)
+--   host         {name, role, facts, config, os}: the host entry, the facts earlier phases
+--                found, config = fields of the normalized host entry (environment, host =
+--                {ports, firewall}, connection), os = an OS configurer id ("rocky")
+--   peers        other hosts of the run, {name, role, facts}: not probed, only seen
+--   ctx          context fields: dry_run (default true), cluster, locks, leader, options,
+--                engine_type, join_secret, ...; distro = a package record (sets ctx.engine);
+--                distro_os = a package's spec.config.os as written (the
+--                run gets the package distros.os_config makes of it)
 --   probes       answers to host:probes keys: a string (stdout, exit 0), {out, code}, or
 --                {fixture = "os-release/debian-12"} (a file under tests/fixtures)
 --   commands     answers to any other command: {match = substring, out, code}; a command
@@ -14,12 +19,16 @@
 --   actions      the records assess returns, as action.public() shows them, plus `content`
 --                where the case pins a write's bytes; [] for none
 --   facts        for a read-only phase: host.facts after run (a subset, compared deeply)
---   error        for a read-only phase: the failure run reports on the host
+--   error        for a read-only phase: the failure run reports on the host; for another
+--                phase: the error assess raises on the host
+--   left_alone   the sentence ctx:leave gave for the host (a phase that leaves it alone)
 -- Every host is a dry-run host: a phase that writes in assess (or in a read-only run) fails.
 local cjson = require "cjson"
 local action = require "cargoship.action"
 local custom = require "cargoship.pipeline.custom"
 local loop = require "cargoship.loop"
+local os_config = require "distros.os_config"
+local os_registry = require "cargoship.os"
 local support = require "unit.phases.support"
 
 local SRC = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
@@ -98,17 +107,40 @@ local function run_case(case, id)
   local phase = load_phase(case)
   assert.are.equal(id, phase.id, "the fixture directory is named after the phase id")
   local cfg = case.host or {}
-  local host = support.host({ name = cfg.name, role = cfg.role }, answers_of(case))
+  local entry = { name = cfg.name, role = cfg.role }
+  for k, v in pairs(cfg.config or {}) do entry[k] = v end
+  local host = support.host(entry, answers_of(case))
   for k, v in pairs(cfg.facts or {}) do host.facts[k] = v end
+  if cfg.os then host.os = assert(os_registry.by_name(cfg.os), cfg.os):new { service_manager = "systemd" } end
+  local hosts = { host }
+  for _, p in ipairs(case.peers or {}) do
+    local peer = support.host({ name = p.name, role = p.role })
+    for k, v in pairs(p.facts or {}) do peer.facts[k] = v end
+    hosts[#hosts + 1] = peer
+  end
   local fields = case.ctx or {}
-  local ctx = support.ctx({ host }, { cluster = fields.cluster, dry_run = fields.dry_run, distro = fields.distro })
+  local ctx = support.ctx(hosts, { cluster = fields.cluster, dry_run = fields.dry_run })
   for k, v in pairs(fields) do
-    if k ~= "cluster" and k ~= "dry_run" and k ~= "distro" then ctx[k] = v end
+    if k ~= "cluster" and k ~= "dry_run" and k ~= "distro_os" then ctx[k] = v end
+  end
+  if fields.distro_os then
+    ctx.distro = { type = fields.engine_type, engine = {}, os = assert(os_config.normalize(fields.distro_os, "/pkg")) }
+  end
+  if fields.distro then
+    ctx.distro = fields.distro
+    ctx.engine = assert(require("distros.engine").for_package(fields.distro))
   end
   local ok, a, b = loop.run(function()
     local want = case.actions or {}
+    if case.error and phase.dry_run ~= "read_only" then
+      local okr, err = pcall(phase.assess, ctx, host)
+      assert.is_false(okr, "assess should fail the host")
+      assert.are.equal(case.error, tostring(err))
+      return true
+    end
     local records = phase.assess and phase.assess(ctx, host) or {}
     assert.are.same(want, shown(records, want))
+    assert.are.same(case.left_alone, ctx._left and ctx._left[host])
     if case.facts or case.error then
       local r, failures = phase.run(ctx, { host })
       return r, failures
@@ -116,6 +148,10 @@ local function run_case(case, id)
     return true
   end)
   assert(ok, a)
+  if case.error and phase.dry_run ~= "read_only" then
+    assert.are.equal(0, host.writes_sent, "a phase wrote while assessing")
+    return
+  end
   if case.error then
     assert.is_nil(a, "the phase should fail the host")
     assert.are.same({ case.error }, { type(b) == "table" and b[1] and b[1].err or b })
@@ -133,7 +169,8 @@ describe("phase fixtures (tests/fixtures/phases/<id>/)", function()
   it("cover the phases that plan work, each in a directory named after its id", function()
     local have = {}
     for _, id in ipairs(ids) do have[id] = true end
-    for _, id in ipairs { "acquire_lock", "release_lock", "disconnect", "write_motd" } do
+    for _, id in ipairs { "acquire_lock", "release_lock", "disconnect", "write_motd", "prepare_hosts",
+                          "enterprise_linux", "fapolicyd", "selinux_policy", "update_hosts", "update_firewall" } do
       assert.is_true(have[id], "no fixtures for " .. id)
     end
   end)

@@ -108,6 +108,22 @@ describe("report text", function()
     assert.is_nil(text:find("n3  take", 1, true))
   end)
 
+  it("says why a phase leaves a host alone (ctx:leave), which is not pending work", function()
+    local hosts = { { name = "a", role = "controller" }, { name = "b", role = "worker" } }
+    local ctx = S.ctx { dry_run = true, hosts = hosts }
+    local rep = S.run(ctx, { S.phase({}, "fw", { title = "Firewall", assess = function(c, h)
+      if h.name == "b" then c:leave(h, "ufw is installed but inactive") end
+      return {}
+    end }) })
+    local text = report.text(rep)
+    assert.matches("\n  1. Firewall: nothing to do\n       b  left alone: ufw is installed but inactive\n", text, 1,
+      true)
+    assert.is_false(rep.pending)
+    local doc = require("cjson").decode(report.json(rep))
+    assert.are.same({ require("cjson").null, "ufw is installed but inactive" },
+      { doc.phases[1].hosts[1].left_alone, doc.phases[1].hosts[2].left_alone })
+  end)
+
   it("says a dry run with nothing pending changed nothing and found nothing to do", function()
     local rep = S.run(S.ctx { dry_run = true }, { S.phase({}, "x", { title = "X", assess = function() end }) })
     assert.matches("\n  1. X: nothing to do\nNothing to do. Nothing was changed.\n$", report.text(rep))
@@ -176,8 +192,8 @@ describe("report JSON", function()
     local gather = doc.phases[2]
     assert.are.same({ 2, 3, "gather_facts", "read_only", "ran" },
       { gather.index, gather.number, gather.id, gather.dry_run_policy, gather.verdict })
-    assert.are.same({ host = "ctrl-2", actions = {}, reason = cjson.null, error = cjson.null, probes = 1,
-      writes = 0 }, gather.hosts[2])
+    assert.are.same({ host = "ctrl-2", actions = {}, reason = cjson.null, left_alone = cjson.null, error = cjson.null,
+      probes = 1, writes = 0 }, gather.hosts[2])
     assert.are.same({ { kind = "note", say = "set vm.swappiness=0", outcome = cjson.null, error = cjson.null },
       { kind = "note", say = "write /etc/environment", outcome = cjson.null, error = cjson.null } },
       doc.phases[4].hosts[2].actions)

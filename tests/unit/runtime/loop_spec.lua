@@ -91,6 +91,39 @@ describe("loop", function()
     assert.is_true(cleaned)
   end)
 
+  it("finishes shielded work when cancelled during it, then cancels at the next wait", function()
+    local steps = {}
+    loop.run(function()
+      local t = loop.spawn(function()
+        local a, b = loop.shield(function(x)
+          loop.sleep(0.05)
+          steps[#steps + 1] = "slept through the cancel"
+          return x, "two"
+        end, "one")
+        steps[#steps + 1] = a .. " " .. b
+        loop.sleep(60)
+        steps[#steps + 1] = "not reached"
+      end)
+      loop.sleep(0.01)
+      t:cancel()
+      local ok, err, code = t:join()
+      steps[#steps + 1] = tostring(ok) .. " " .. tostring(err) .. " " .. tostring(code)
+    end)
+    assert.are.same({ "slept through the cancel", "one two", "false cancelled cancelled" }, steps)
+  end)
+
+  it("passes a shielded function's error on and lifts the shield", function()
+    local ok, err = loop.run(function()
+      local sok, serr = pcall(loop.shield, function() error("boom", 0) end)
+      assert.is_false(sok)
+      assert.are.equal("boom", serr)
+      loop.current():cancel()
+      loop.sleep(1)   -- the shield is gone: this raises at once
+    end)
+    assert.is_false(ok)
+    assert.are.equal("cancelled", err)
+  end)
+
   it("closes to-be-closed variables when a task is cancelled", function()
     local closed = false
     loop.run(function()

@@ -59,4 +59,50 @@ os.exit(loop.interrupted() and 130 or 0)
     assert.matches("interrupted=15", out, 1, true)
     os.remove(path); os.remove(path .. ".out")
   end)
+
+  it("treats SIGHUP and SIGQUIT like SIGTERM: cancel, destructors run", function()
+    for _, sig in ipairs { "HUP", "QUIT" } do
+      local path = script(body:gsub("loop.sleep%(30%)", "loop.sleep(0.1)"))
+      local rc, _, out = run_with_signals(path, { sig })
+      assert.are.equal(130, rc, sig .. ": " .. out)
+      assert.matches("cleaning up", out, 1, true)
+      assert.matches("run returned cancelled interrupted=" .. (sig == "HUP" and 1 or 3), out, 1, true)
+      os.remove(path); os.remove(path .. ".out")
+    end
+  end)
+
+  it("honours SIGTERM while a task is busy in Lua, even one whose pcall swallows the first raise", function()
+    for _, spin in ipairs { "while true do end",
+                            "while true do pcall(function() for _ = 1, 1e6 do end end) end" } do
+      local path = script(body:gsub("loop.sleep%(30%)", "loop.sleep(0.1)"):gsub("loop.sleep%(60%)", spin))
+      local rc, secs, out = run_with_signals(path, { "TERM" })
+      assert.are.equal(130, rc, out)
+      assert.matches("cleaning up", out, 1, true)
+      assert.matches("run returned cancelled interrupted=15", out, 1, true)
+      assert.is_true(secs < 2, "took " .. secs .. " s after SIGTERM")
+      os.remove(path); os.remove(path .. ".out")
+    end
+  end)
+
+  it("survives SIGPIPE: a write to a closed pipe fails with EPIPE instead of killing the run", function()
+    local path = script([[
+local loop = require "cargoship.loop"
+loop.run(function()
+  loop.sleep(0.3)   -- the reader has gone by now
+  local ok, err = io.stdout:write(string.rep("x", 1 << 20))
+  if ok then ok, err = io.stdout:flush() end
+  io.stderr:write("write: ", tostring(err), "\n")
 end)
+io.stderr:write("still alive\n")
+]])
+    local p = io.popen("bash -c 'lua5.4 " .. path .. " 2>" .. path .. ".err | true; echo ${PIPESTATUS[0]}'")
+    local rc = tonumber(p:read("a"):match("%d+"))
+    p:close()
+    local err = io.open(path .. ".err"):read("a")
+    assert.are.equal(0, rc, err)
+    assert.matches("Broken pipe", err, 1, true)
+    assert.matches("still alive", err, 1, true)
+    os.remove(path); os.remove(path .. ".err")
+  end)
+end)
+

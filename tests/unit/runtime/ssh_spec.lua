@@ -51,3 +51,34 @@ describe("ssh.connect without a server", function()
     assert.is_truthy(ssh.known_hosts("/nonexistent/known_hosts"))
   end)
 end)
+
+describe("ssh failures", function()
+  local src = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
+
+  it("are built by the one helper in every ssh*.c file, with a code from the fixed set", function()
+    local p = assert(io.popen("ls " .. src .. "/runtime/ssh*.c"))
+    local files = {}
+    for f in p:lines() do files[#files + 1] = f end
+    p:close()
+    assert.is_true(#files >= 5, "found " .. #files .. " ssh*.c files")
+    local codes = { timeout = 1, refused = 1, auth = 1, hostkey = 1, closed = 1, exit = 1, io = 1 }
+    for _, f in ipairs(files) do
+      local text = assert(io.open(f)):read("a")
+      -- a hand-built triple pushes nil and then a message
+      assert.is_nil(text:find("lua_pushnil%(L%);%s*lua_pushfstring"), f .. " builds a failure triple by hand")
+      assert.is_nil(text:find("cs_fail%("), f .. " uses the generic helper instead of cs_ssh_fail")
+      for code in text:gmatch('cs_ssh_fail%(L, [^,]+, "(%w+)"') do
+        assert.is_truthy(codes[code], f .. ": code " .. code .. " is not in the fixed set")
+      end
+    end
+  end)
+
+  it("name the host, the operation and the detail", function()
+    local s, err, code = run(function()
+      return ssh.connect { address = "no-such-host.invalid", port = 22, host_key_policy = "off", name = "nx" }
+    end)
+    assert.is_nil(s)
+    assert.are.equal("refused", code)
+    assert.matches("^nx: resolve: no%-such%-host%.invalid: ", err)
+  end)
+end)

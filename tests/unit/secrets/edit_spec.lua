@@ -76,8 +76,8 @@ describe("vault edits", function()
 
   it("writes values that a literal block cannot carry as double-quoted strings", function()
     local text = HEAD .. "spec:\n  config:\n    loadbalancer: lb.example\n    registries:\n      - name: a\n"
-      .. "        auth:\n          user: \"  leading\\nspaces\"\n          pass: \"bell\\a\"\n" .. HOSTS
-    round_trip(text, { { user = "  leading\nspaces", pass = "bell\a" } }, (text:gsub("\\a", "\\x07")))
+      .. "        auth:\n          user: \"  leading\"\n          pass: \"new\\nline, bell\\a\"\n" .. HOSTS
+    round_trip(text, { { user = "  leading", pass = "new\nline, bell\a" } }, (text:gsub("\\a", "\\x07")))
   end)
 
   it("finds the cluster in a second document and keeps a file without a final newline so", function()

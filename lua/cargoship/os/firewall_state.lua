@@ -1,0 +1,122 @@
+-- cargoship.os.firewall_state: what a host's firewall front end has now, for the firewall phase's precise assess.
+--
+-- probes(backend, fw) -> {key = command}: the reads (as root) of one front end's state
+-- apply(plan, backend, fw, res) -> plan with plan.state (and previous, nftables_conf) filled
+--   from the answers, which cargoship.os.firewall.actions compares with
+-- cidrs(engine_type, distro) -> the pod and service CIDRs every node trusts
+local firewall = require "cargoship.os.firewall"
+local shell = require "cargoship.shell"
+
+local M = {}
+
+local ABSENT = 44
+
+local function cat(path)
+  return shell.fmt("if [ -e %s ]; then cat -- %s; else exit 44; fi", path, path)
+end
+
+local function split_list(v)
+  local out = {}
+  if type(v) == "table" then
+    for _, x in ipairs(v) do out[#out + 1] = tostring(x) end
+  elseif type(v) == "string" then
+    for x in v:gmatch("[^,%s]+") do out[#out + 1] = x end
+  end
+  return out
+end
+
+-- M.cidrs(engine_type, distro) -> the engine's pod and service CIDRs: the package's engine
+-- config (cluster-cidr/service-cidr; kubeadm networking.podSubnet/serviceSubnet), else the
+-- engine's defaults; {} for an unknown engine.
+function M.cidrs(t, distro)
+  local conf = distro and distro.engine and distro.engine.config or {}
+  if t == "rke2" or t == "k3s" then
+    local pods, svcs = split_list(conf["cluster-cidr"]), split_list(conf["service-cidr"])
+    if #pods == 0 then pods = { "10.42.0.0/16" } end
+    if #svcs == 0 then svcs = { "10.43.0.0/16" } end
+    for _, c in ipairs(svcs) do pods[#pods + 1] = c end
+    return pods
+  end
+  if t == "upstream" then
+    local net = type(conf.networking) == "table" and conf.networking or {}
+    local out = split_list(net.podSubnet)
+    local svcs = split_list(net.serviceSubnet)
+    if #svcs == 0 then svcs = { "10.96.0.0/12" } end
+    for _, c in ipairs(svcs) do out[#out + 1] = c end
+    return out
+  end
+  return {}
+end
+
+-- The state probes of a front end (as root): what actions() compares with.
+function M.probes(backend, fw)
+  local p = { var_dir = shell.fmt("test -d %s", firewall.VAR_DIR) }
+  if backend == "nftables" then
+    p.file = cat(firewall.NFT_FILE)
+    p.table = "nft list table inet cargoship >/dev/null 2>&1"
+    if fw.nftables_conf then p.conf = cat(fw.nftables_conf) end
+  elseif backend == "ufw" then
+    p.added = "ufw show added"
+    p.app = cat("/etc/ufw/applications.d/cargoship")
+    p.previous = cat(firewall.UFW_RECORD)
+  elseif backend == "firewalld" then
+    p.ipset4 = cat("/etc/firewalld/ipsets/cargoship-trusted.xml")
+    p.ipset6 = cat("/etc/firewalld/ipsets/cargoship-trusted6.xml")
+    p.service = cat("/etc/firewalld/services/" .. firewall.FIREWALLD_SERVICE .. ".xml")
+    p.entries4 = "firewall-cmd --ipset=cargoship-trusted --get-entries"
+    p.entries6 = "firewall-cmd --ipset=cargoship-trusted6 --get-entries"
+    p.sources = "firewall-cmd --permanent --zone=trusted --list-sources | tr ' ' '\\n'"
+    p.sources_rt = "firewall-cmd --zone=trusted --list-sources | tr ' ' '\\n'"
+    p.services = "firewall-cmd --permanent --zone=public --list-services"
+    p.services_rt = "firewall-cmd --zone=public --list-services"
+    p.rich = "firewall-cmd --permanent --zone=public --list-rich-rules"
+    p.rich_rt = "firewall-cmd --zone=public --list-rich-rules"
+    p.previous = cat(firewall.FIREWALLD_RECORD)
+  end
+  return p
+end
+
+local function file_of(res, key)
+  local r = res[key]
+  if not r or r.code == ABSENT then return nil end
+  if r.code ~= 0 then error(key .. ": cannot read (exit " .. tostring(r.code) .. ")", 0) end
+  return r.out
+end
+
+local function out_of(res, key)
+  local r = res[key]
+  return r and r.code == 0 and r.out or ""
+end
+
+local function trim(s) return (s:gsub("%s+$", "")) end
+
+-- Probe answers -> plan.state (and plan.previous, plan.nftables_conf) for actions().
+function M.apply(plan, backend, fw, res)
+  local st = { var_dir = res.var_dir and res.var_dir.code == 0 }
+  if backend == "nftables" then
+    st.file = file_of(res, "file")
+    st.table_loaded = res.table and res.table.code == 0
+    if fw.nftables_conf then plan.nftables_conf = { path = fw.nftables_conf, content = file_of(res, "conf") or "" } end
+  elseif backend == "ufw" then
+    if not res.added or res.added.code ~= 0 then error("ufw show added failed: is ufw 0.36 or later installed?", 0) end
+    st.added = res.added.out
+    st.app = file_of(res, "app")
+    plan.previous = file_of(res, "previous")
+  elseif backend == "firewalld" then
+    st.files = {
+      ["/etc/firewalld/ipsets/cargoship-trusted.xml"] = file_of(res, "ipset4"),
+      ["/etc/firewalld/ipsets/cargoship-trusted6.xml"] = file_of(res, "ipset6"),
+      ["/etc/firewalld/services/" .. firewall.FIREWALLD_SERVICE .. ".xml"] = file_of(res, "service"),
+    }
+    st.ipset_entries = { ["cargoship-trusted"] = trim(out_of(res, "entries4")),
+                         ["cargoship-trusted6"] = trim(out_of(res, "entries6")) }
+    st.trusted_sources, st.trusted_sources_runtime = out_of(res, "sources"), out_of(res, "sources_rt")
+    st.public_services, st.public_services_runtime = out_of(res, "services"), out_of(res, "services_rt")
+    st.rich_rules, st.rich_rules_runtime = out_of(res, "rich"), out_of(res, "rich_rt")
+    plan.previous = file_of(res, "previous")
+  end
+  plan.state = st
+  return plan
+end
+
+return M

@@ -1,0 +1,143 @@
+-- tests/integration/apply_run.lua: running `cargoship apply` on the lab and comparing its JSON plan with the run.
+--
+-- M.work() -> a fresh local directory; M.cluster(work, hosts, extra) writes work/cluster.yaml
+-- with every given lab host (the first a controller), `extra(i, h)` adding YAML under a host;
+-- M.apply(work, args) -> {code, stdout, stderr, doc}; M.ssh(i, cmd) -> code, output (a new
+-- login every time); M.compare(plan, run) asserts a dry run's plan is what the run did,
+-- phase by phase, host by host, action by action (up to phase index `last` when given: a run
+-- that failed there skipped the rest; phases of the set `unassessed` must be unassessed on
+-- every host of the plan), and returns the run's actions flat;
+-- M.phase(doc, id) -> that phase of a report.
+local cjson = require "cjson"
+local assert = require "luassert"
+local util = require "cargoship.util"
+local lab = require "integration.lab"
+
+local M = {}
+local q = util.quote
+
+function M.work()
+  local work = os.tmpname()
+  os.remove(work)
+  assert(os.execute("mkdir -p " .. q(work)))
+  return work
+end
+
+function M.cluster(work, hosts, extra)
+  local lines = { "apiVersion: zarf.dev/v1alpha1", "kind: ZarfCluster", "metadata:", "  name: prep",
+    "spec:", "  config:", "    loadbalancer: h1.lab.internal", "  hosts:" }
+  for i, h in ipairs(hosts) do
+    lines[#lines + 1] = string.format("    - role: %s\n      ssh:\n        address: %s\n"
+      .. "        user: root\n        keyPath: %s\n        options: {UserKnownHostsFile: %s}",
+      i == 1 and "controller" or "worker", h.address, lab.key, lab.known_hosts)
+    if extra then
+      local more = extra(i, h)
+      if more then lines[#lines + 1] = more end
+    end
+  end
+  return lab.write(work .. "/cluster.yaml", table.concat(lines, "\n") .. "\n")
+end
+
+function M.apply(work, args)
+  local out, err = os.tmpname(), os.tmpname()
+  local _, how, code = os.execute(string.format("env HOME=%s %s apply --output json %s %s </dev/null >%s 2>%s",
+    q(work), q(lab.bin), args, q(work .. "/cluster.yaml"), q(out), q(err)))
+  local r = { code = how == "exit" and code or (128 + code), stdout = lab.read(out), stderr = lab.read(err) }
+  os.remove(out)
+  os.remove(err)
+  local ok, doc = pcall(cjson.decode, r.stdout)
+  assert(ok, "stdout is not JSON (exit " .. r.code .. "): " .. r.stdout:sub(1, 300) .. "\n" .. r.stderr)
+  r.doc = doc
+  return r
+end
+
+function M.ssh(i, cmd)
+  return lab.sh("ssh -F " .. q(lab.state .. "/ssh_config") .. " h" .. i .. " " .. q(cmd))
+end
+
+function M.phase(doc, id)
+  for _, p in ipairs(doc.phases) do
+    if p.id == id then return p end
+  end
+end
+
+local function planned_part(a)
+  local p = {}
+  for k, v in pairs(a) do
+    if k ~= "outcome" and k ~= "error" then p[k] = v end
+  end
+  return p
+end
+
+function M.compare(plan, run, last, unassessed)
+  assert.are.equal(#plan.phases, #run.phases, "the same phases")
+  local all = {}
+  for i, pp in ipairs(plan.phases) do
+    if last and i > last then break end
+    if unassessed and unassessed[pp.id] then
+      -- the plan could not assess it there (it reads what an earlier phase would create):
+      -- every host says why, and the run does what it assesses then
+      for _, h in ipairs(pp.hosts) do assert(h.reason ~= cjson.null, pp.id .. " on " .. h.host .. " was assessed") end
+      goto next_phase
+    end
+    local rp = run.phases[i]
+    assert.are.same({ pp.number, pp.id }, { rp.number, rp.id }, "phase " .. i)
+    local ph, rh = {}, {}
+    for _, h in ipairs(pp.hosts) do if #h.actions > 0 then ph[#ph + 1] = h end end
+    for _, h in ipairs(rp.hosts) do if #h.actions > 0 then rh[#rh + 1] = h end end
+    assert.are.equal(#ph, #rh, pp.id .. ": hosts with actions")
+    for j, h in ipairs(ph) do
+      local r = rh[j]
+      assert.are.equal(h.host, r.host, pp.id)
+      assert.are.equal(#h.actions, #r.actions, pp.id .. " on " .. h.host .. ": as many actions run as planned")
+      for k, a in ipairs(h.actions) do
+        assert.are.equal(cjson.null, a.outcome, "a plan's action has no outcome")
+        assert.are.same(planned_part(a), planned_part(r.actions[k]), string.format("%s on %s, action %d", pp.id,
+          h.host, k))
+        all[#all + 1] = { phase = pp.id, host = h.host, action = r.actions[k] }
+      end
+    end
+    ::next_phase::
+  end
+  return all
+end
+
+-- M.container_selinux(work, pkgdir) -> the YAML of a spec.config.os.files list carrying a stub
+-- container-selinux rpm (built here with rpmbuild), staged where a built package keeps it
+-- (pkgdir/os/0/): the lab's rocky hosts are Enforcing (the SELinux stand-in) and air-gapped,
+-- so phase 9 needs the package's own rpm there, as an air-gapped operator's package has it.
+function M.container_selinux(work, pkgdir)
+  local rpm = work .. "/rb/RPMS/noarch/container-selinux-2.229.0-1.lab.noarch.rpm"
+  if not io.open(rpm) then
+    local spec = lab.write(work .. "/container-selinux.spec", table.concat({ "Name: container-selinux",
+      "Version: 2.229.0", "Release: 1.lab", "Summary: lab stand-in of container-selinux", "License: MIT",
+      "BuildArch: noarch", "%description", "Stand-in.", "%files", "" }, "\n"))
+    assert(os.execute(string.format("rpmbuild --quiet --define %s -bb %s >/dev/null 2>&1",
+      q("_topdir " .. work .. "/rb"), q(spec))), "rpmbuild failed")
+  end
+  assert(os.execute("mkdir -p " .. q(pkgdir .. "/os/0") .. " && cp " .. q(rpm) .. " "
+    .. q(pkgdir .. "/os/0/container-selinux.noarch.rpm")))
+  return "[{source: container-selinux.noarch.rpm, target: /opt/cs/container-selinux.noarch.rpm,"
+    .. " selector: {package: rpm}}]"
+end
+
+-- Every host's upper dir, the lock's files aside, and the rpm database's SQLite side files:
+-- any reader (`rpm -q`, which phase 9 asks where SELinux is on) creates the write-ahead log
+-- empty and touches the shared-memory index, changing no package's record (a real EL host
+-- has both already); the directories copied up to hold them are left out with them, so
+-- anything else written under /var/lib still shows.
+M.IGNORE = { "cargoship%.lock", "rpmdb%.sqlite%-shm$", "rpmdb%.sqlite%-wal$", "^/var$", "^/var/lib$",
+  "^/var/lib/rpm$" }
+function M.uppers(n)
+  local s = {}
+  for i = 1, n do s[i] = lab.upper_tree(i, M.IGNORE) end
+  return s
+end
+
+function M.assert_unchanged(before, after, n)
+  for i = 1, n do
+    assert.are.same({}, lab.snapshot_diff(before[i], after[i]), "h" .. i .. "'s upper dir")
+  end
+end
+
+return M

@@ -1,0 +1,206 @@
+-- Integration spec on the lab: phase 13 (apply -F) on real firewalld, ufw and nftables, real traffic between hosts.
+--
+-- Issue 12 "Done when": after `apply -F` a cluster peer reaches a node's engine port (rke2's
+-- supervisor port 9345, a python listener) and a lab host outside the cluster does not, on
+-- each of firewalld (the rocky/systemd host, running as on EL), ufw (a Debian host, enabled
+-- by the operator first) and nftables (a Debian host without ufw); a .host.ports entry is
+-- reachable from the non-member; the dry run equals the run (JSON) and writes nothing; a
+-- second apply changes nothing; a front end installed but stopped is left alone and the
+-- report says why; a rule set that would close cargoship's SSH port is refused, naming the
+-- rule; and cargoship's SSH session survives every case (the phases after 13 run through it).
+local util = require "cargoship.util"
+local lab = require "integration.lab"
+local run = require "integration.apply_run"
+
+local q = util.quote
+local ENGINE_PORT, OPEN_PORT = 9345, 30080
+
+local function index_of(h)
+  for i, x in ipairs(lab.hosts()) do if x.address == h.address then return i end end
+end
+
+-- cluster members: firewalld, ufw, nftables; the outsider: a fourth lab host
+local FWD = lab.find("rocky", "systemd")
+local UFW = lab.find("debian", "systemd")
+local NFT = lab.find("debian", "runit")
+local OUT = lab.find("rocky", "runit")
+local MEMBERS = { FWD, UFW, NFT }
+local I = { fwd = index_of(FWD), ufw = index_of(UFW), nft = index_of(NFT), out = index_of(OUT) }
+local ALL = #lab.hosts()
+
+local work
+local RULES = "      host:\n        ports: [{port: %d, protocol: tcp}]\n"
+  .. "        firewall:\n          rules: [{name: no-telnet, action: deny, protocol: tcp, port: 23}]"
+
+local function sh_ok(i, cmd)
+  local code, out = run.ssh(i, cmd)
+  assert(code == 0, "h" .. i .. ": " .. cmd .. ": " .. out)
+  return out
+end
+
+-- Can host i open a TCP connection to addr:port?
+local function reaches(i, addr, port)
+  local _, out = run.ssh(i, string.format("timeout 4 bash -c 'exec 3<>/dev/tcp/%s/%d' && echo open || echo closed",
+    addr, port))
+  return out:match("open") ~= nil
+end
+
+local function listen(i, port)
+  sh_ok(i, string.format("cd /tmp && (setsid python3 -m http.server %d --bind 0.0.0.0 >/dev/null 2>&1 </dev/null &)"
+    .. "; sleep 0.5", port))
+end
+
+local function apply(args, cluster_extra)
+  run.cluster(work, MEMBERS, cluster_extra or function() return string.format(RULES, OPEN_PORT) end)
+  return run.apply(work, args .. " --distro " .. q(work .. "/distro.yaml"))
+end
+
+-- What an earlier run of this spec left: gone, so every run starts from the hosts as booted.
+local function reset()
+  run.ssh(I.fwd, "for r in $(firewall-cmd --permanent --zone=public --list-rich-rules | tr ' ' '~'); do"
+    .. " firewall-cmd -q --permanent --zone=public --remove-rich-rule=\"$(echo $r | tr '~' ' ')\"; done;"
+    .. " firewall-cmd -q --permanent --zone=trusted --remove-source=ipset:cargoship-trusted;"
+    .. " firewall-cmd -q --permanent --zone=public --remove-service=distro-exposed-ports;"
+    .. " rm -f /etc/firewalld/ipsets/cargoship-trusted*.xml /etc/firewalld/services/distro-exposed-ports.xml"
+    .. " /var/lib/cargoship/firewalld.rules; firewall-cmd -q --reload; true")
+  run.ssh(I.ufw, "ufw --force reset >/dev/null; rm -f /etc/ufw/applications.d/cargoship /var/lib/cargoship/ufw.rules;"
+    .. " rm -f /etc/ufw/*.rules.20*; true")
+  run.ssh(I.nft, "nft delete table inet cargoship 2>/dev/null; rm -f /var/lib/cargoship/nftables.nft;"
+    .. " sed -i '/cargoship/d' /etc/nftables.conf; if [ -x /usr/sbin/ufw.cs-hidden ]; then"
+    .. " mv /usr/sbin/ufw.cs-hidden /usr/sbin/ufw; fi; true")
+end
+
+setup(function()
+  work = run.work()
+  reset()
+  lab.write(work .. "/distro.yaml", "kind: ZarfDistro\nmetadata: {name: fw}\nspec: {type: rke2, version: 1.35.4-rke2r1,"
+    .. " config: {os: {files: " .. run.container_selinux(work, work) .. "}}}\n")
+  -- the operator enables ufw (with SSH allowed) before cargoship is asked to add to it;
+  -- the nftables node has no ufw, so nftables is the front end it runs
+  sh_ok(I.ufw, "ufw allow 22/tcp >/dev/null && ufw --force enable >/dev/null")
+  sh_ok(I.nft, "if [ -x /usr/sbin/ufw ]; then mv /usr/sbin/ufw /usr/sbin/ufw.cs-hidden; fi")
+  for _, i in ipairs { I.fwd, I.ufw, I.nft } do
+    listen(i, ENGINE_PORT)
+    listen(i, OPEN_PORT)
+  end
+end)
+
+teardown(function()
+  pcall(reset)
+  for _, i in ipairs { I.fwd, I.ufw, I.nft } do pcall(run.ssh, i, "pkill -f 'http.server' ; true") end
+  if work then os.execute("rm -rf " .. q(work)) end
+end)
+
+describe("apply -F on firewalld, ufw and nftables", function()
+  local plan, first, second, up0, up1, up2, up3
+
+  setup(function()
+    up0 = run.uppers(ALL)
+    plan = apply("--dry-run -F")
+    up1 = run.uppers(ALL)
+    first = apply("--confirm -F")
+    up2 = run.uppers(ALL)
+    second = apply("--confirm -F")
+    up3 = run.uppers(ALL)
+  end)
+
+  it("plans each node on the front end it runs, and the dry run writes no byte", function()
+    assert.are.equal(3, plan.code, plan.stderr)
+    run.assert_unchanged(up0, up1, ALL)
+    local fw = run.phase(plan.doc, "update_firewall")
+    assert.are.equal("would_act", fw.verdict)
+    local says = {}
+    for _, h in ipairs(fw.hosts) do
+      local s = {}
+      for _, a in ipairs(h.actions) do s[#s + 1] = a.say end
+      says[h.host] = table.concat(s, "\n")
+    end
+    assert.matches("trust ipset cargoship-trusted", says[FWD.address], 1, true)
+    assert.matches("ufw allow from " .. NFT.address, says[UFW.address], 1, true)
+    assert.matches("load table inet cargoship", says[NFT.address], 1, true)
+  end)
+
+  it("does what the plan said, and the SSH session carried the run to its end", function()
+    assert.are.equal(0, first.code, first.stderr)
+    local all = run.compare(plan.doc, first.doc)
+    for _, x in ipairs(all) do assert.are.equal("done", x.action.outcome, x.phase .. " on " .. x.host) end
+    assert.are.equal("ran", run.phase(first.doc, "disconnect").verdict)
+  end)
+
+  it("lets a peer reach every node's engine port and keeps an outsider out", function()
+    for _, target in ipairs { FWD, UFW, NFT } do
+      local peer = target == FWD and I.nft or I.fwd
+      assert.is_true(reaches(peer, target.address, ENGINE_PORT), "peer h" .. peer .. " -> " .. target.address)
+      assert.is_false(reaches(I.out, target.address, ENGINE_PORT), "outsider -> " .. target.address)
+    end
+  end)
+
+  it("opens the declared .host.ports to the outsider, and SSH stays open to it", function()
+    for _, target in ipairs { FWD, UFW, NFT } do
+      assert.is_true(reaches(I.out, target.address, OPEN_PORT), "outsider -> " .. target.address .. ":" .. OPEN_PORT)
+      assert.is_true(reaches(I.out, target.address, 22), "outsider -> " .. target.address .. ":22")
+    end
+  end)
+
+  it("keeps nftables state outside /etc/cargoship and includes it at boot", function()
+    local out = sh_ok(I.nft, "test -f /var/lib/cargoship/nftables.nft && ! test -e /etc/cargoship/nftables.nft"
+      .. " && grep -c 'include \"/var/lib/cargoship/nftables.nft\"' /etc/nftables.conf")
+    assert.are.equal("1\n", out)
+  end)
+
+  it("changes nothing the second time", function()
+    assert.are.equal(0, second.code, second.stderr)
+    run.compare(second.doc.plan, second.doc)
+    assert.are.equal("nothing_to_do", run.phase(second.doc.plan, "update_firewall").verdict)
+    assert.are.equal("nothing_to_do", run.phase(second.doc, "update_firewall").verdict)
+    run.assert_unchanged(up2, up3, ALL)
+  end)
+end)
+
+describe("apply -F refuses", function()
+  it("a rule set that would close the SSH port, naming the rule, before changing anything", function()
+    local before = run.uppers(ALL)
+    local r = apply("--dry-run -F", function(i)
+      if i == 2 then
+        return "      host:\n        firewall:\n"
+          .. "          rules: [{name: lockdown, action: reject, protocol: tcp, port: 20-30}]"
+      end
+    end)
+    assert.are.equal(1, r.code, r.stderr)
+    local fw = run.phase(r.doc, "update_firewall")
+    assert.are.equal("failed", fw.verdict)
+    local msg
+    for _, h in ipairs(fw.hosts) do if h.error ~= require("cjson").null then msg = h.error end end
+    assert(msg, require("cjson").encode(fw))
+    assert.matches('firewall rule "lockdown" would reject the SSH port 22', msg, 1, true)
+    run.assert_unchanged(before, run.uppers(ALL), ALL)
+  end)
+end)
+
+describe("a front end installed but stopped", function()
+  it("is never started and nothing is written beneath it; the report says why", function()
+    sh_ok(I.fwd, "systemctl stop firewalld")
+    sh_ok(I.nft, "nft delete table inet cargoship; rm -f /var/lib/cargoship/nftables.nft")
+    local before = run.uppers(ALL)
+    local plan = apply("--dry-run -F")
+    local r = apply("--confirm -F")
+    local ok, err = pcall(function()
+      assert.are.equal(0, r.code, r.stderr)
+      run.compare(plan.doc, r.doc)
+      local fw = run.phase(r.doc, "update_firewall")
+      for _, h in ipairs(fw.hosts) do
+        if h.host == FWD.address then
+          assert.are.same({}, h.actions)
+          assert.matches("firewalld is installed but not running: it is never started", h.left_alone, 1, true)
+        end
+      end
+      assert.are.equal("inactive\n", select(2, run.ssh(I.fwd, "systemctl is-active firewalld")))
+      assert.are.equal("absent\n", select(2, run.ssh(I.fwd, "nft list table inet cargoship >/dev/null 2>&1"
+        .. " && echo present || echo absent")))
+      local diff = lab.snapshot_diff(before[I.fwd], run.uppers(ALL)[I.fwd])
+      assert.are.same({}, diff, "nothing written on the host whose firewalld is stopped")
+    end)
+    run.ssh(I.fwd, "systemctl start firewalld")
+    assert(ok, err)
+  end)
+end)

@@ -1,0 +1,155 @@
+-- Integration spec on the lab: phases 8 and 12 (environment, sysctl, kernel modules, /etc/hosts) on every lab host.
+--
+-- Issue 12 "Done when": after apply, the sysctl values are live (`sysctl -n`), a new SSH
+-- login has the environment, every host resolves every other by FQDN and short name
+-- (`getent hosts`), lines outside the managed block are untouched, the dry run before the run
+-- is what the run did (JSON compared) and wrote no byte, and a second run writes nothing. A
+-- kernel module the lab cannot load (no modprobe in a namespace host) fails the phase with
+-- the module named, after its boot file was written. Uses every host of the lab it runs in.
+local util = require "cargoship.util"
+local lab = require "integration.lab"
+local run = require "integration.apply_run"
+
+local q = util.quote
+local HOSTS = lab.hosts()
+local N = #HOSTS
+local OPERATOR_LINE = "192.0.2.77 operator-line.example operator-line"
+
+local work
+
+local function distro(name, kernel)
+  local dir = work .. "/" .. name
+  assert(os.execute("mkdir -p " .. q(dir)))
+  return lab.write(dir .. "/distro.yaml", table.concat({
+    "kind: ZarfDistro", "metadata: {name: prep}", "spec:", "  type: rke2", "  version: 1.35.4-rke2r1",
+    "  config:", "    os:",
+    "      sysctl: {net.ipv4.ip_forward: 1, net.ipv4.tcp_keepalive_time: 600}",
+    "      env: {CS_PREP_PROXY: 'http://proxy.internal:3128', CS_PREP_NOTE: two words}",
+    "      kernel: [" .. table.concat(kernel, ", ") .. "]",
+    "      files: " .. run.container_selinux(work, dir), "" }, "\n"))
+end
+
+local function each_host(cmd)
+  for i = 1, N do
+    local code, out = run.ssh(i, cmd)
+    assert(code == 0, "h" .. i .. ": " .. out)
+  end
+end
+
+local function reset()
+  each_host("sysctl -qw net.ipv4.ip_forward=0 net.ipv4.tcp_keepalive_time=7200;"
+    .. " rm -f /etc/sysctl.d/99-cargoship.conf /etc/modules-load.d/overlay.conf /etc/modules-load.d/br_netfilter.conf;"
+    .. " sed -i '/^CS_PREP_/d' /etc/environment;"
+    .. " sed -i '/^# BEGIN cargoship/,/^# END cargoship/d; /operator-line/d' /etc/hosts; echo "
+    .. q(OPERATOR_LINE) .. " >> /etc/hosts")
+end
+
+setup(function()
+  work = run.work()
+  run.cluster(work, HOSTS, function(i)
+    if i == 1 then return "      environment: {CS_PREP_ROLE: controller}" end
+  end)
+  distro("good", { "overlay" })
+  distro("badmod", { "overlay", "br_netfilter" })
+  reset()
+end)
+
+teardown(function()
+  pcall(reset)
+  if work then os.execute("rm -rf " .. q(work)) end
+end)
+
+describe("apply -H with a package's env, sysctl and modules", function()
+  local plan, first, second, hosts_before, up0, up1, up2, up3
+
+  setup(function()
+    hosts_before = {}
+    for i = 1, N do hosts_before[i] = select(2, run.ssh(i, "cat /etc/hosts")) end
+    up0 = run.uppers(N)
+    plan = run.apply(work, "--dry-run -H --distro " .. q(work .. "/good/distro.yaml"))
+    up1 = run.uppers(N)
+    first = run.apply(work, "--confirm -H --distro " .. q(work .. "/good/distro.yaml"))
+    up2 = run.uppers(N)
+    second = run.apply(work, "--confirm -H --distro " .. q(work .. "/good/distro.yaml"))
+    up3 = run.uppers(N)
+  end)
+
+  it("plans the environment, the drop-in and the hosts block in a dry run that writes no byte", function()
+    assert.are.equal(3, plan.code, plan.stderr)
+    run.assert_unchanged(up0, up1, N)
+    local prep, hosts = run.phase(plan.doc, "prepare_hosts"), run.phase(plan.doc, "update_hosts")
+    assert.are.equal("would_act", prep.verdict)
+    assert.are.equal(N, #prep.hosts)
+    local kinds = {}
+    for i, a in ipairs(prep.hosts[1].actions) do kinds[i] = a.kind .. " " .. (a.path or a.name or a.cmd) end
+    assert.are.same({ "write /etc/environment", "step reconnect", "write /etc/sysctl.d/99-cargoship.conf",
+      "run sysctl -p '/etc/sysctl.d/99-cargoship.conf'", "write /etc/modules-load.d/overlay.conf" }, kinds,
+      "overlay is built into the lab's kernel: its file is written, nothing is loaded")
+    assert.are.equal("would_act", hosts.verdict)
+    for _, h in ipairs(hosts.hosts) do assert.are.same({ "write", "/etc/hosts" }, { h.actions[1].kind,
+      h.actions[1].path }) end
+  end)
+
+  it("does what the plan said, on every host", function()
+    assert.are.equal(0, first.code, first.stderr)
+    local all = run.compare(plan.doc, first.doc)
+    for _, x in ipairs(all) do assert.are.equal("done", x.action.outcome, x.phase .. " on " .. x.host) end
+  end)
+
+  it("leaves the sysctl values live and the environment in a new login", function()
+    for i = 1, N do
+      local code, out = run.ssh(i, "sysctl -n net.ipv4.ip_forward net.ipv4.tcp_keepalive_time;"
+        .. " printf '%s|%s|%s\\n' \"$CS_PREP_PROXY\" \"$CS_PREP_NOTE\" \"$CS_PREP_ROLE\"")
+      assert.are.equal(0, code, out)
+      assert.are.equal("1\n600\nhttp://proxy.internal:3128|two words|" .. (i == 1 and "controller" or "") .. "\n", out,
+        "h" .. i)
+    end
+  end)
+
+  it("makes every host resolve every other by FQDN and short name, and keeps the other lines", function()
+    for i = 1, N do
+      local names = {}
+      for j = 1, N do names[#names + 1] = "h" .. j .. ".lab.internal h" .. j end
+      local code, out = run.ssh(i, "for n in " .. table.concat(names, " ") .. "; do getent hosts $n || echo MISSING $n;"
+        .. " done")
+      assert.are.equal(0, code, out)
+      assert.is_nil(out:find("MISSING", 1, true), "h" .. i .. ": " .. out)
+      for j, h in ipairs(HOSTS) do
+        assert.matches("\n?" .. h.address:gsub("%.", "%%.") .. "%s+h" .. j .. "%.lab%.internal", out)
+      end
+      local _, now = run.ssh(i, "cat /etc/hosts")
+      local outside = now:gsub("# BEGIN cargoship[^\n]*\n.-# END cargoship\n", "")
+      assert.are.equal(hosts_before[i], outside, "h" .. i .. ": lines outside the block")
+      assert.matches(OPERATOR_LINE, now, 1, true)
+    end
+  end)
+
+  it("has nothing to do the second time, and writes nothing", function()
+    assert.are.equal(0, second.code, second.stderr)
+    run.compare(second.doc.plan, second.doc)
+    for _, doc in ipairs { second.doc.plan, second.doc } do
+      for _, id in ipairs { "prepare_hosts", "update_hosts" } do
+        assert.are.equal("nothing_to_do", run.phase(doc, id).verdict, id)
+      end
+    end
+    run.assert_unchanged(up2, up3, N)
+  end)
+end)
+
+describe("a kernel module the host cannot load", function()
+  it("fails the phase naming the module, after writing its boot file", function()
+    local plan = run.apply(work, "--dry-run --distro " .. q(work .. "/badmod/distro.yaml"))
+    assert.are.equal(3, plan.code, plan.stderr)
+    local r = run.apply(work, "--confirm --distro " .. q(work .. "/badmod/distro.yaml"))
+    assert.are.equal(1, r.code, r.stderr)
+    local prep = run.phase(r.doc, "prepare_hosts")
+    run.compare(plan.doc, r.doc, prep.index)
+    assert.are.equal("failed", prep.verdict)
+    for _, h in ipairs(prep.hosts) do
+      assert.matches("kernel module(s) failed to load: br_netfilter (", h.error, 1, true)
+      local last = h.actions[#h.actions]
+      assert.are.same({ "run", "load kernel module br_netfilter", "failed" }, { last.kind, last.say, last.outcome })
+    end
+    each_host("test -s /etc/modules-load.d/br_netfilter.conf")
+  end)
+end)

@@ -1,0 +1,75 @@
+-- Specs of phase 25 "Install staged files": packages not at the staged version are installed; binaries move.
+local phase = require "cargoship.phases.install_staged"
+local os_registry = require "cargoship.os"
+
+local function ctx_for(os_files)
+  return { distro = { type = "rke2", version = "1.35.4-rke2r1", os_files = os_files, files = {}, images = {},
+                      image_config = {} }, hosts = {}, options = {} }
+end
+
+local function staged_file(content)
+  local p = os.tmpname()
+  local f = assert(io.open(p, "wb"))
+  f:write(content)
+  f:close()
+  return p
+end
+
+local function entry(package, target, staged, extra)
+  local e = { list = "os", target = target, staged = staged, mode = package == "binary" and "0755" or "0644",
+              symlinks = {}, selector = { package = package, arch = {} } }
+  for k, v in pairs(extra or {}) do e[k] = v end
+  return e
+end
+
+-- a host answering every probe with `answer`, recording the commands
+local function host(os_id, answer)
+  local h = { name = "h1", role = "worker", facts = { arch = "amd64" }, sent = {} }
+  h.os = assert(os_registry.by_name(os_id)):new { service_manager = "systemd" }
+  function h.probe(self, cmd)
+    self.sent[#self.sent + 1] = cmd
+    return answer, "", 0
+  end
+  return h
+end
+
+describe("phase install_staged", function()
+  local rpm, deb, bin
+  setup(function()
+    rpm, deb, bin = staged_file("rpm"), staged_file("deb"), staged_file("#!/bin/sh\n")
+  end)
+  teardown(function() os.remove(rpm) os.remove(deb) os.remove(bin) end)
+
+  it("installs with dnf what rpm does not have at the staged version, and pins it", function()
+    local ctx = ctx_for({ entry("rpm", "/var/lib/rancher/rke2/rpm/a.rpm", rpm),
+                          entry("rpm", "/var/lib/rancher/rke2/rpm/b.rpm", rpm) })
+    local h = host("rocky", "P 1 rke2-common 1.35.4-1 1.35.4-1\nP 2 rke2-server 1.35.4-1 1.34.0-1\n")
+    local acts = phase.assess(ctx, h)
+    assert.matches("rpm %-qp", h.sent[1])
+    assert.equal(2, #acts)
+    assert.matches("install %-y %-%-nogpgcheck '/var/lib/rancher/rke2/rpm/b%.rpm'$", acts[1].cmd)
+    assert.matches("versionlock add 'rke2%-server'", acts[2].cmd)
+  end)
+
+  it("has nothing to do when every staged package is installed at its version", function()
+    local ctx = ctx_for({ entry("rpm", "/var/lib/rancher/rke2/rpm/a.rpm", rpm) })
+    assert.same({}, phase.assess(ctx, host("rocky", "P 1 rke2-common 1.35.4-1 1.35.4-1\n")))
+  end)
+
+  it("installs staged .debs with apt-get from their paths, never apt-get update", function()
+    local ctx = ctx_for({ entry("apt", "/var/lib/rancher/rke2/deb/a.deb", deb) })
+    local acts = phase.assess(ctx, host("debian", "P 1 cs-test 1.0 -\n"))
+    assert.matches("apt%-get %-q %-y install '/var/lib/rancher/rke2/deb/a%.deb'", acts[1].cmd)
+    for _, a in ipairs(acts) do assert.is_nil(a.cmd:find("update", 1, true)) end
+  end)
+
+  it("moves a staged binary onto its target and makes its links", function()
+    local ctx = ctx_for({ entry("binary", "/usr/local/bin/rke2", bin,
+      { symlinks = { "/usr/local/bin/rke2-alias" } }) })
+    local acts = phase.assess(ctx, host("debian", "S1\nL 1:1 \n"))
+    assert.same({ "run", "run" }, { acts[1].kind, acts[2].kind })
+    assert.equal("mv -f -- '/usr/local/bin/rke2.cargoship-staged' '/usr/local/bin/rke2'", acts[1].cmd)
+    assert.matches("ln %-sfn %-%- '/usr/local/bin/rke2' '/usr/local/bin/rke2%-alias'", acts[2].cmd)
+    assert.same({}, phase.assess(ctx, host("debian", "L 1:1 /usr/local/bin/rke2\n")))
+  end)
+end)
