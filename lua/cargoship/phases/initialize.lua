@@ -13,7 +13,6 @@
 -- A failure names the host and the cause, with the service's recent log for a failed start.
 local action = require "cargoship.action"
 local common = require "cargoship.phases.engine_common"
-local shell = require "cargoship.shell"
 
 local M = {}
 
@@ -45,71 +44,21 @@ local function records(ctx, host)
     end
     out[#out + 1] = eng:wait_ready(node)
   else
-    for _, a in ipairs(eng:start(node, common.cluster(ctx))) do
+    -- enable before start: on runit enabling is what makes the service supervised, and
+    -- `sv up` of a service runsvdir has not picked up yet fails
+    local acts = eng:start(node, common.cluster(ctx))
+    local enable, rest = nil, {}
+    for _, a in ipairs(acts) do
+      if a.kind == "service" and a.verb == "enable" then enable = a else rest[#rest + 1] = a end
       if a.kind == "service" and a.verb == "start" then a.timeout = START_TIMEOUT end
-      out[#out + 1] = a
     end
+    if enable then out[#out + 1] = enable end
+    for _, a in ipairs(rest) do out[#out + 1] = a end
   end
   return out
 end
 
-local steps = setmetatable({}, { __index = common.steps })
-
--- The staged engine files, as "Install staged files" (phase 25) would install them: what
--- phases 15-17 staged and is not yet in place; the host is then marked so phase 25 skips it.
--- A host without staged files (a package without os.files for it, or specs handing in
--- host.facts.staged) takes host.facts.staged.
-function steps.install_engine(ctx, host)
-  local acts
-  local staged = common.staged(host)
-  if staged then
-    acts = ctx.engine:install(common.node(host), staged, host.os)
-  elseif ctx.distro.os_files and require("distros.uploads").method(ctx, host) then
-    acts = require("cargoship.phases.install_staged").assess(ctx, host)
-  else
-    return nil, host.name .. ": " .. ctx.engine.name .. " is not installed and no engine files were staged"
-      .. " on it (the distro package has no os.files for this host's role, arch and package manager)"
-  end
-  local _, err = host:apply(acts)
-  if err then return nil, host.name .. ": installing " .. ctx.engine.name .. ": " .. tostring(err) end
-  ctx.installed_engine = ctx.installed_engine or {}
-  ctx.installed_engine[host] = true
-  return true
-end
-
-function steps.kubeadm_init(ctx, host)
-  local eng = ctx.engine
-  local out, err = host:check(shell.fmt("kubeadm init --config %s --upload-certs", eng.config_path),
-    { timeout = 900 })
-  if not out then return nil, host.name .. ": kubeadm init: " .. tostring(err) end
-  local secret = eng:parse_init_output(out)
-  if not secret then return nil, host.name .. ": kubeadm init printed no join command" end
-  local _, werr = host:apply(eng:join_secret_save(secret))
-  if werr then return nil, werr end
-  return true
-end
-
--- A fresh token (and certificate key) from the leader at the moment of joining.
-function steps.kubeadm_join(ctx, host)
-  local eng, leader = ctx.engine, ctx.leader
-  local out, err = leader:check(eng.token_create(), { timeout = 120 })
-  if not out then return nil, host.name .. ": creating a join token on the leader " .. leader.name .. ": " .. err end
-  local secret = eng:parse_init_output(out)
-  if not secret then return nil, host.name .. ": the leader " .. leader.name .. " printed no join command" end
-  if host.role == "controller" then
-    local kout, kerr = leader:check(eng.certificate_key_create(), { timeout = 300 })
-    secret.certificate_key = kout and eng:parse_certificate_key(kout)
-    if not secret.certificate_key then
-      return nil, host.name .. ": no certificate key from the leader " .. leader.name .. ": " .. tostring(kerr)
-    end
-  end
-  local f = eng:render_config(common.node(host), common.cluster(ctx, secret))
-  local _, werr = host:apply({ action.write { path = f.path, content = f.content, mode = f.mode, secret = true } })
-  if werr then return nil, werr end
-  local jout, jerr = host:check(shell.fmt("kubeadm join --config %s", eng.config_path), { timeout = 900 })
-  if not jout then return nil, host.name .. ": kubeadm join: " .. tostring(jerr) end
-  return true
-end
+local steps = require "cargoship.phases.initialize_steps"
 
 function M.make(o)
   local phase = {
