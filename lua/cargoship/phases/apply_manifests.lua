@@ -10,7 +10,7 @@ local common = require "cargoship.phases.engine_common"
 local M = {
   id = "apply_manifests",
   title = "Apply manifests",
-  reads = { "connection", "facts", "engine_version", "controllers", "lock" },
+  reads = { "connection", "facts", "engine_version", "controllers" },
   creates = { "manifests" },
   steps = common.steps,
 }

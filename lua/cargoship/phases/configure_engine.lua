@@ -11,11 +11,12 @@
 -- Sets ctx.join_secret (rancher: {token, agent_token}; upstream: nil).
 local action = require "cargoship.action"
 local common = require "cargoship.phases.engine_common"
+local shell = require "cargoship.shell"
 
 local M = {
   id = "configure_engine",
   title = "Configure engine",
-  reads = { "connection", "facts", "engine_version", "lock" },
+  reads = { "connection", "facts", "engine_version" },
   creates = { "engine_config" },
 }
 
@@ -57,7 +58,16 @@ function M.assess(ctx, host)
       if leader or i > 1 then files[#files + 1] = f end
     end
   end
-  local out = {}
+  -- host:apply writes beside the target: the directories must exist first
+  local dirs, seen = {}, {}
+  local function dir_of(path)
+    local d = path:match("^(.*)/[^/]*$")
+    if d and d ~= "" and not seen[d] then seen[d] = true; dirs[#dirs + 1] = d end
+  end
+  for _, f in ipairs(files) do dir_of(f.path) end
+  if rancher(eng) then dir_of(eng.token_path) end
+  local out = { action.run { cmd = "mkdir -p -- " .. shell.words(table.unpack(dirs)),
+                             say = "create " .. table.concat(dirs, ", ") } }
   for _, f in ipairs(files) do
     out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
   end

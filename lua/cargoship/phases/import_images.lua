@@ -9,7 +9,7 @@ local common = require "cargoship.phases.engine_common"
 local M = {
   id = "import_images",
   title = "Import images",
-  reads = { "connection", "facts", "engine_version", "lock" },
+  reads = { "connection", "facts", "engine_version" },
   creates = { "images" },
 }
 

@@ -64,7 +64,7 @@ function M.make(o)
   local phase = {
     id = o.id,
     title = o.title,
-    reads = { "connection", "facts", "engine_version", "engine_config", "staged_engine", "lock" },
+    reads = { "connection", "facts", "engine_version", "engine_config", "staged_engine" },
     creates = { o.role == "controller" and "controllers" or "workers" },
     steps = steps,
   }

@@ -253,7 +253,7 @@ describe("Configure engine", function()
       assert.are_not.equal(ctx.join_secret.token, ctx.join_secret.agent_token)
       local acts = run(function() return phase.assess(ctx, w1) end)
       local contents = {}
-      for _, a in ipairs(acts) do contents[a.path] = a.content end
+      for _, a in ipairs(acts) do if a.path then contents[a.path] = a.content end end
       assert.equal(ctx.join_secret.agent_token .. "\n", contents["/etc/rancher/k3s/agent-token"])
       assert.is_nil(contents["/etc/rancher/k3s/token"])
     end)
