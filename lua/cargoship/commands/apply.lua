@@ -24,14 +24,9 @@ lock), 8-13 (prepare hosts: /etc/environment, sysctl and kernel modules from the
 environment and the --distro package; container-selinux, fapolicyd rules with -f, SELinux
 policy; /etc/hosts with -H; the firewall with -F), 14-17 (upload the distro package's
 files, image tarballs and engine files: RPM, APT or binaries), 25 (install the staged
-engine files: dnf, apt-get without update, or binaries moved into place), 18-22 (import
-images, configure engine, initialize controllers, apply manifests, initialize workers:
-nodes whose engine service is not running get their config files and join tokens, are
-installed from the staged engine files and started, the leader first, controllers one at
-a time, workers in per-profile batches, each waited for until Ready through the leader's
-kubectl; a node already running has nothing to do), 30 (release the lock) and 31
-(disconnect). Phases 23-24 and 26-29 (upgrading engines, syncing config, kubeconfig,
-labels) are not in this build, and the report says so.
+engine files: dnf, apt-get without update, or binaries moved into place), 30 (release the
+lock) and 31 (disconnect). Phases 18-24 and 26-29 (importing images, configuring, starting
+and upgrading engines) are not in this build, and the report says so.
 
 -F/--firewall configures the front end the node runs (firewalld, ufw or nftables; one
 installed but stopped is left alone, never started, and the report says why) and refuses

@@ -222,7 +222,7 @@ describe("apply with a pipeline", function()
   it("--help says what is not in this build, what a dry run does, consent and exit codes", function()
     local code, out = support.run({ "apply", "--help" })
     assert.are.equal(0, code)
-    assert.matches("Phases 23-24 and 26-29 (upgrading engines, syncing config, kubeconfig,\nlabels) "
+    assert.matches("Phases 18-24 and 26-29 (importing images, configuring, starting\nand upgrading engines) "
       .. "are not in this build", out, 1, true)
     assert.matches("At most --concurrent-uploads hosts upload at once (default 8", out, 1, true)
     assert.matches("-F, --firewall", out, 1, true)

@@ -110,11 +110,6 @@ local SPEC = {
   [16] = { "Upload files to hosts – APT", "reported" },
   [17] = { "Upload files to hosts – Binaries", "reported" },
   [25] = { "Install staged files", "reported" },
-  [18] = { "Import images", "reported" },
-  [19] = { "Configure engine", "reported" },
-  [20] = { "Initialize Controller", "reported" },
-  [21] = { "Apply manifests", "reported" },
-  [22] = { "Initialize Worker", "reported" },
   [30] = { "Release exclusive host lock", "reported" },
   [31] = { "Disconnect from hosts", "own" },
 }
