@@ -9,7 +9,8 @@
 --   pkg = {type, version, architectures, name, file, engine,        -- as before
 --          built, dir, temp (dir is ours to remove), doc (the ZarfDistro document),
 --          aggregate, files = {entry..}, os_files = {entry..}, images = {ref..},
---          image_config = {path, compression}, values_files = {..}}
+--          image_config = {path, compression}, values_files = {..},
+--          manifests = {path..} (spec.config.manifests: applied from the leader, upstream)}
 --   entry = {list = "files"|"os", index, name, staged (local path), target (full remote path),
 --            mode "0644", owner, group, symlinks = {..}, executable, selector = {package,
 --            profile, arch = {..}}}
@@ -315,7 +316,8 @@ function M.read(path)
            files = files, os_files = os_files,
            images = list_of(ic.images) or {},
            image_config = { path = ic.path, compression = ic.compression or "none" },
-           values_files = list_of(field(d, "spec", "values", "files")) or {} }
+           values_files = list_of(field(d, "spec", "values", "files")) or {},
+           manifests = list_of(field(d, "spec", "config", "manifests")) or {} }
 end
 
 return M

@@ -8,6 +8,8 @@
 --   server_url(host) -> "https://host:<join_port>"
 --   render_config(node, cluster) -> {path, content, mode = "0600"}        config.yaml
 --   render_registries(cluster) -> {files = {{path, content, mode}..}}     registries.yaml + CA files
+--   policy_files(node, cluster) -> audit.yaml / pss.yaml (controllers, when the package has them)
+--   helm_chart_configs(node, cluster) -> <data>/server/manifests/<chart>-config.yaml (controllers)
 --   config_files(node, cluster) -> list of files;  configure(node, cluster) -> write actions
 --   new_secret(bytes128) -> {token, agent_token}       (bytes: 128 random bytes the caller read)
 --   join_secret_read() -> cmd (on the leader);  parse_join_secret(out) -> secret | nil
@@ -174,9 +176,61 @@ function M:render_registries(cluster)
   return { files = files }
 end
 
+-- ---- audit, PSA and HelmChartConfig files (distro-package.md §5; engines.md §2.3) ------
+
+local function with_kind(body, api, kind)
+  local doc = copy(body)
+  doc.apiVersion, doc.kind = api, kind
+  return yaml.dump(doc)
+end
+
+-- Controllers only: the flags pointing at them are server flags.
+function M:policy_files(n, cluster)
+  local section, out = engine_section(self, cluster or {}), {}
+  if n.role ~= "controller" then return out end
+  if section.audit then
+    out[#out + 1] = { path = self.config_dir .. "/audit.yaml", mode = "0600",
+                      content = with_kind(section.audit, "audit.k8s.io/v1", "Policy") }
+  end
+  if section.podSecurity then
+    out[#out + 1] = { path = self.config_dir .. "/pss.yaml", mode = "0600",
+                      content = with_kind(section.podSecurity, "apiserver.config.k8s.io/v1", "AdmissionConfiguration") }
+  end
+  return out
+end
+
+function M:manifests_dir() return self.data_dir .. "/server/manifests" end
+
+-- One HelmChartConfig per chart of engine.manifest, controllers only; a chart the config
+-- disables gets none (its helm controller is off, and a stale file is pruned by sync).
+function M:helm_chart_configs(n, cluster)
+  local section, out = engine_section(self, cluster or {}), {}
+  if n.role ~= "controller" or type(section.manifest) ~= "table" then return out end
+  local disabled = {}
+  for _, d in ipairs((section.config or {}).disable or {}) do disabled[d] = true end
+  local charts = {}
+  for chart in pairs(section.manifest) do
+    if not disabled[chart] then charts[#charts + 1] = chart end
+  end
+  table.sort(charts)
+  for _, chart in ipairs(charts) do
+    local v = section.manifest[chart]
+    local values = type(v) == "string" and v or yaml.dump(v)
+    local doc = { apiVersion = "helm.cattle.io/v1", kind = "HelmChartConfig",
+                  metadata = { name = chart, namespace = "kube-system" }, spec = { valuesContent = values } }
+    out[#out + 1] = { path = self:manifests_dir() .. "/" .. chart .. "-config.yaml", content = yaml.dump(doc),
+                      mode = "0600" }
+  end
+  return out
+end
+
+-- Every file "Configure engine" writes on the node, config.yaml first.
 function M:config_files(n, cluster)
+  cluster = cluster or {}
   local files = { self:render_config(n, cluster) }
-  for _, f in ipairs(self:render_registries(cluster or {}).files) do files[#files + 1] = f end
+  for _, f in ipairs(self:render_registries(cluster).files) do files[#files + 1] = f end
+  for _, f in ipairs(self:policy_files(n, cluster)) do files[#files + 1] = f end
+  for _, f in ipairs(self:helm_chart_configs(n, cluster)) do files[#files + 1] = f end
   return files
 end
 

@@ -10,6 +10,9 @@
 --   start(node, cluster) -> actions        kubeadm init (leader) | kubeadm join | start kubelet
 --   parse_init_output(out) -> {token, ca_cert_hash, certificate_key?} | nil   (also `token create` output)
 --   token_create() -> cmd (a fresh join command: bootstrap tokens expire after 24 h)
+--   certificate_key_create() -> cmd; parse_certificate_key(out) -> hex key | nil (extra control planes)
+--   render_registries(cluster) -> {files}  containerd certs.d/<registry>/hosts.toml + CA files
+--   policy_files(node, cluster) -> audit.yaml / pss.yaml on controllers
 --   join_secret_save(secret) -> write actions on the leader;  join_secret_read() -> cmd;
 --   parse_join_secret(out) -> secret | nil;  join_secret_write(secret) -> {} (the secret goes
 --       into the JoinConfiguration instead of a file)
@@ -41,6 +44,8 @@ local M = engine.Engine:extend {
 }
 
 local API = "kubeadm.k8s.io/v1beta4"
+M.AUDIT_PATH = "/etc/kubernetes/audit.yaml"
+M.PSS_PATH = "/etc/kubernetes/pss.yaml"
 
 local function endpoint(cluster)
   local h = cluster.loadbalancer or (cluster.leader and (cluster.leader.fqdn or cluster.leader.hostname
@@ -87,8 +92,28 @@ local function cluster_configuration(self, cluster)
                 kubernetesVersion = "v" .. assert(self.version, "render_config: the package's version"):gsub("^v", ""),
                 controlPlaneEndpoint = endpoint(cluster), networking = networking,
                 imageRepository = cfg.imageRepository }
-  doc.apiServer = { certSANs = #sans > 0 and sans or nil, extraArgs = (cfg.apiServer or {}).extraArgs }
+  local args = {}
+  for _, a in ipairs((cfg.apiServer or {}).extraArgs or {}) do args[#args + 1] = a end
+  local volumes = {}
+  -- the apiserver is a static pod: the policy files reach it as hostPath volumes
+  local function mount(name, path)
+    volumes[#volumes + 1] = { name = name, hostPath = path, mountPath = path, readOnly = true, pathType = "File" }
+  end
+  if section.audit then
+    args[#args + 1] = { name = "audit-policy-file", value = M.AUDIT_PATH }
+    args[#args + 1] = { name = "audit-log-path", value = "-" }
+    mount("audit-policy", M.AUDIT_PATH)
+  end
+  if section.podSecurity then
+    args[#args + 1] = { name = "admission-control-config-file", value = M.PSS_PATH }
+    mount("pod-security", M.PSS_PATH)
+  end
+  doc.apiServer = { certSANs = #sans > 0 and sans or nil, extraArgs = #args > 0 and args or nil,
+                    extraVolumes = #volumes > 0 and volumes or nil }
   if not next(doc.apiServer) then doc.apiServer = nil end
+  for _, part in ipairs({ "controllerManager", "scheduler" }) do
+    if cfg[part] and cfg[part].extraArgs then doc[part] = { extraArgs = cfg[part].extraArgs } end
+  end
   return doc
 end
 
@@ -100,7 +125,8 @@ function M:render_config(n, cluster)
   local docs = {}
   if is_leader(n, cluster) then
     docs[1] = cluster_configuration(self, cluster)
-    docs[2] = { apiVersion = API, kind = "InitConfiguration", nodeRegistration = node_registration(self, n) }
+    docs[2] = { apiVersion = API, kind = "InitConfiguration", nodeRegistration = node_registration(self, n),
+                localAPIEndpoint = n.private_address and { advertiseAddress = n.private_address } or nil }
   else
     local s = cluster.secret
     if not (s and s.token and s.ca_cert_hash) then
@@ -140,9 +166,69 @@ function M:runtime_files()
            { path = "/etc/crictl.yaml", content = crictl, mode = "0644" } }
 end
 
+-- containerd hosts.toml per registry (engines.md §2.4); proxy.rewrite has no containerd
+-- equivalent and is ignored. Inline CAs go where the Rancher family puts them.
+function M.render_registries(_, cluster)
+  local rancher_ca = function(h) return "/etc/cargoship/tls/" .. h:gsub("[^%w._-]", "_") .. ".crt" end
+  local files = {}
+  for _, r in ipairs((cluster or {}).registries or {}) do
+    local host = r.proxy and (r.proxy.endpoint or r.proxy.url) or ("https://" .. r.name)
+    if not host:find("://", 1, true) then host = "https://" .. host end
+    local lines = { string.format("server = %q", "https://" .. r.name), "",
+                    string.format("[host.%q]", host), '  capabilities = ["pull", "resolve"]' }
+    local a, t, ca_file = r.auth, r.tls, nil
+    if a and a.token then
+      lines[#lines + 1] = string.format("  header = { Authorization = %q }", "Bearer " .. a.token)
+    elseif a and a.user and a.pass then
+      lines[#lines + 1] = string.format("  header = { Authorization = %q }",
+        "Basic " .. require("distros.rancher").base64(a.user .. ":" .. a.pass))
+    end
+    if t then
+      local ca = t.ca_file
+      if t.ca then
+        ca = rancher_ca(r.config_host or r.name)
+        ca_file = { path = ca, content = t.ca, mode = "0600" }
+      end
+      if ca then lines[#lines + 1] = string.format("  ca = %q", ca) end
+      if t.cert_file and t.key_file then
+        lines[#lines + 1] = string.format("  client = [[%q, %q]]", t.cert_file, t.key_file)
+      end
+      if t.insecure_skip_verify then lines[#lines + 1] = "  skip_verify = true" end
+    end
+    files[#files + 1] = { path = "/etc/containerd/certs.d/" .. r.name .. "/hosts.toml",
+                          content = table.concat(lines, "\n") .. "\n", mode = "0640" }
+    files[#files + 1] = ca_file
+  end
+  return { files = files }
+end
+
+-- The policy files every control plane mounts (distro-package.md §5).
+function M:policy_files(n, cluster)
+  local section = (cluster or {}).engine_config or (self.package and self.package.engine) or {}
+  local out = {}
+  if n.role ~= "controller" then return out end
+  local function doc(body, api, kind)
+    local d = {}
+    for k, v in pairs(body) do d[k] = v end
+    d.apiVersion, d.kind = api, kind
+    return yaml.dump(d)
+  end
+  if section.audit then
+    out[#out + 1] = { path = M.AUDIT_PATH, mode = "0600", content = doc(section.audit, "audit.k8s.io/v1", "Policy") }
+  end
+  if section.podSecurity then
+    out[#out + 1] = { path = M.PSS_PATH, mode = "0600",
+                      content = doc(section.podSecurity, "apiserver.config.k8s.io/v1", "AdmissionConfiguration") }
+  end
+  return out
+end
+
 function M:config_files(n, cluster)
+  cluster = cluster or {}
   local files = { self:render_config(n, cluster) }
   for _, f in ipairs(self:runtime_files()) do files[#files + 1] = f end
+  for _, f in ipairs(self:render_registries(cluster).files) do files[#files + 1] = f end
+  for _, f in ipairs(self:policy_files(n, cluster)) do files[#files + 1] = f end
   return files
 end
 
@@ -183,6 +269,15 @@ function M.parse_init_output(_, out)
 end
 
 function M.token_create() return "kubeadm token create --print-join-command" end
+
+-- A fresh certificate key for extra control planes: the one `init --upload-certs` printed
+-- expires after two hours. The key is the last line of the output.
+function M.certificate_key_create() return "kubeadm init phase upload-certs --upload-certs" end
+function M.parse_certificate_key(_, out)
+  local key
+  for line in (out or ""):gmatch("[^\n]+") do key = line:match("^%s*(%x%x%x%x%x%x%x%x+)%s*$") or key end
+  return key
+end
 
 function M:join_secret_save(s)
   return { action.write { path = self.token_path, content = s.token .. "\n", mode = "0600", secret = true,

@@ -18,6 +18,10 @@
 --                   type, else the leader's engine; nil when neither is known
 --   engine_type     its type ("rke2", "k3s", ...), engine_running: some controller's service runs
 --   nodes           the cluster's nodes as "Checking for nodes no longer in the config" listed them
+--   installed_engine {[host] = true}: hosts phases 20/22 installed the staged engine on, which
+--                   "Install staged files" (25) then skips
+--   join_secret     the join tokens "Configure engine" read from the leader or made
+--                   (rancher: {token, agent_token}); the Initialize phases use them
 --   locks           {[host name] = lock handle} this run holds (phase 7 takes, 30 releases)
 --   lock_conflicts  messages naming the other holders a lock attempt met
 --   validation      the problems "Validate hosts" found ({host =, message =})
@@ -67,6 +71,8 @@ function M.new(o)
     engine_type = o.distro and o.distro.type or nil,
     engine_running = false,
     nodes = nil,
+    join_secret = nil,
+    installed_engine = {},
     locks = {},
     lock_conflicts = {},
     validation = nil,

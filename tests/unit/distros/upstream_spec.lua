@@ -156,3 +156,15 @@ describe("upstream start, images, upgrade, reset", function()
     assert.same({ "/var/lib/kubelet", "/etc/kubernetes", "/var/lib/kubernetes" }, removed)
   end)
 end)
+
+describe("upstream certificate key", function()
+  it("a fresh key comes from `kubeadm init phase upload-certs`, read from its last line", function()
+    assert.equal("kubeadm init phase upload-certs --upload-certs", upstream.certificate_key_create())
+    local out = "I1201 10:00:00 uploadconfig.go:112] [upload-certs] Storing the certificates in Secret\n"
+      .. "[upload-certs] Using certificate key:\n"
+      .. "f8902e114ef118304e561c3ecd4d0b543adc226b7a07f675f56564185ffe0c07\n"
+    assert.equal("f8902e114ef118304e561c3ecd4d0b543adc226b7a07f675f56564185ffe0c07",
+      upstream:parse_certificate_key(out))
+    assert.is_nil(upstream:parse_certificate_key("error execution phase upload-certs: no kubeconfig\n"))
+  end)
+end)

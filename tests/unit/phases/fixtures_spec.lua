@@ -9,7 +9,8 @@
 --                {ports, firewall}, connection), os = an OS configurer id ("rocky")
 --   peers        other hosts of the run, {name, role, facts}: not probed, only seen
 --   ctx          context fields: dry_run (default true), cluster, locks, leader, options,
---                engine_type, ...; distro_os = a package's spec.config.os as written (the
+--                engine_type, join_secret, ...; distro = a package record (sets ctx.engine);
+--                distro_os = a package's spec.config.os as written (the
 --                run gets the package distros.os_config makes of it)
 --   probes       answers to host:probes keys: a string (stdout, exit 0), {out, code}, or
 --                {fixture = "os-release/debian-12"} (a file under tests/fixtures)
@@ -124,6 +125,10 @@ local function run_case(case, id)
   end
   if fields.distro_os then
     ctx.distro = { type = fields.engine_type, engine = {}, os = assert(os_config.normalize(fields.distro_os, "/pkg")) }
+  end
+  if fields.distro then
+    ctx.distro = fields.distro
+    ctx.engine = assert(require("distros.engine").for_package(fields.distro))
   end
   local ok, a, b = loop.run(function()
     local want = case.actions or {}

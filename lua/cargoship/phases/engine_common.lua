@@ -1,0 +1,112 @@
+-- cargoship.phases.engine_common: what phases 18-22 share: who has work, the node views, waiting for Ready, batches.
+--
+-- settled(host, ctx): the node runs the package's version (distro_facts found its service
+-- running and judged "same"): it has nothing to do in any install phase.
+-- staged(host): the engine files the upload phases staged on the host (host.facts.staged,
+-- distros.engine's `staged` shape), nil when none were.
+-- steps: wait_ready (polls the leader's kubectl until the node is Ready) and leader_cmd
+-- (a command on the leader, retried), for the phases' action.step records.
+local config = require "cargoship.config"
+local engine = require "distros.engine"
+local loop = require "cargoship.loop"
+
+local M = {}
+
+M.READY_TIMEOUT = 300     -- seconds a node may take to report Ready
+M.READY_INTERVAL = 2
+M.RETRIES = 5             -- kubectl on the leader (apply) before giving up
+M.RETRY_INTERVAL = 3
+
+function M.settled(host)
+  local e = host.facts and host.facts.engine
+  return e ~= nil and e.running == true and e.action == "same"
+end
+
+function M.staged(host)
+  return host.facts and host.facts.staged or nil
+end
+
+function M.node(host) return engine.node_of(host) end
+
+function M.cluster(ctx, secret)
+  return engine.cluster_view(ctx.hosts, ctx.leader, ctx.cluster, secret or ctx.join_secret)
+end
+
+-- The engine's recent service log on host, to show under a failed start.
+function M.service_log(host, service)
+  if not host.os then return "" end
+  local cmd = host.os:service("logs", service)
+  if not cmd then return "" end
+  local out = host:probe(cmd)
+  return out and out ~= "" and ("\n--- recent log of " .. service .. " ---\n" .. out) or ""
+end
+
+-- Runs one host's planned records; a failure names the host, the cause and, for a failed
+-- start, the service's recent log.
+function M.apply_one(ctx, host)
+  local ok, err = ctx:apply(host)
+  if ok then return true end
+  local msg = tostring(type(err) == "table" and (err.err or err[1] and err[1].err) or err)
+  if msg:sub(1, #host.name + 2) ~= host.name .. ": " then msg = host.name .. ": " .. msg end
+  local svc = ctx.engine and host.role and ctx.engine.services and ctx.engine.services[host.role]
+  if svc then msg = msg .. M.service_log(host, svc) end
+  return nil, msg
+end
+
+M.steps = {}
+
+-- Polls the leader until the node is Ready; the leader itself may still be starting its API.
+function M.steps.wait_ready(ctx, _, a)
+  local leader = ctx.leader
+  local deadline = loop.now() + (a.timeout or M.READY_TIMEOUT)
+  while true do
+    local out, err, code = leader:probe(a.cmd, { timeout = 30 })
+    if out and code == 0 and ctx.engine:parse_ready(out) then return true end
+    local last = out and (code == 0 and ("Ready is " .. (out:match("%S+") or "unknown")) or (err ~= "" and err or out))
+      or tostring(err)
+    if loop.now() >= deadline then
+      return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
+        a.timeout or M.READY_TIMEOUT, leader.name, (tostring(last):gsub("%s+$", "")))
+    end
+    loop.sleep(M.READY_INTERVAL)
+  end
+end
+
+-- A command on the leader (kubectl apply), retried: the API may still be settling.
+function M.steps.leader_cmd(ctx, _, a)
+  local last
+  for attempt = 1, a.retries or M.RETRIES do
+    local out, err, code = ctx.leader:probe(a.cmd, { timeout = a.timeout or 120 })
+    if out and code == 0 then return true end
+    last = out and (err ~= "" and err or out) or err
+    if attempt < (a.retries or M.RETRIES) then loop.sleep(M.RETRY_INTERVAL) end
+  end
+  return nil, string.format("%s: %s failed on the leader %s: %s", a.node or "cluster", a.say, ctx.leader.name,
+    (tostring(last):gsub("%s+$", "")))
+end
+
+-- Hosts in batches: one group per profile (hosts without one together), each cut to the
+-- profile's concurrency (else --concurrency). Order: first appearance in the config.
+function M.batches(ctx, hosts)
+  local groups, order = {}, {}
+  for _, h in ipairs(hosts) do
+    local p = h.config and h.config.profile or (h.config_declared and h.config_declared.profile) or ""
+    if not groups[p] then groups[p] = {}; order[#order + 1] = p end
+    table.insert(groups[p], h)
+  end
+  local out = {}
+  for _, p in ipairs(order) do
+    local g = groups[p]
+    local prof = ctx.cluster and ctx.cluster.profiles and ctx.cluster.profiles[p]
+    local size = config.resolve_concurrency(prof and prof.concurrency or { kind = "default" }, #g,
+      ctx.options and ctx.options.concurrency) or #g
+    for i = 1, #g, size do
+      local b = {}
+      for j = i, math.min(i + size - 1, #g) do b[#b + 1] = g[j] end
+      out[#out + 1] = b
+    end
+  end
+  return out
+end
+
+return M

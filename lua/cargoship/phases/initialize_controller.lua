@@ -1,0 +1,3 @@
+-- Phase "Initialize Controller": controllers not running are installed and started, the leader first, one at a time.
+return require("cargoship.phases.initialize").make {
+  id = "initialize_controller", title = "Initialize Controller", role = "controller", order = "serial" }

@@ -1,0 +1,297 @@
+-- Specs for phases 19-22 as a real run drives them: order across hosts, waiting for Ready, failures naming the cause.
+--
+-- Hosts are real Host objects (not dry run) over scripted connections: each command is
+-- answered by the first rule whose pattern it contains, and recorded per host, so a spec
+-- can say which host ran what, in which order.
+local common = require "cargoship.phases.engine_common"
+local host_mod = require "cargoship.host"
+local loop = require "cargoship.loop"
+local os_registry = require "cargoship.os"
+local support = require "unit.phases.support"
+
+local K3S = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {} }
+
+local journal = {}   -- every command of every host, in order: "cp1: systemctl start 'k3s-server'"
+
+-- rules: list of {pattern, out, code} or {pattern, fn = function(cmd) -> out, code}
+local function conn(name, rules)
+  local c = {}
+  local function answer(cmd)
+    journal[#journal + 1] = name .. ": " .. cmd
+    for _, r in ipairs(rules) do
+      if cmd:find(r[1], 1, true) then
+        if r.fn then return r.fn(cmd) end
+        return r[2] or "", r[3] or 0
+      end
+    end
+    return "", 0
+  end
+  function c.exec(_, cmd)
+    local out, code = answer(cmd)
+    return out, code == 0 and "" or "failed", code
+  end
+  function c.check(_, cmd)
+    local out, code = answer(cmd)
+    if code ~= 0 then return nil, name .. ": command failed (exit " .. code .. "): " .. out, "exit" end
+    return out, ""
+  end
+  return c
+end
+
+local function host(name, role, rules, o)
+  o = o or {}
+  local h = host_mod.new { config = { index = 1, name = name, role = role, profile = o.profile,
+                                      engine = { labels = {}, taints = {} } }, dry_run = false }
+  h:attach(conn(name, rules or {}))
+  h.os = os_registry.by_name("debian"):new { service_manager = "systemd" }
+  h.facts = { node_name = name, hostname = name, private_address = o.address or "10.253.11.1",
+              engine = { running = o.running or false, action = o.action or "install" },
+              staged = o.staged }
+  return h
+end
+
+local function context(hosts, o)
+  o = o or {}
+  local ctx = support.ctx(hosts, { dry_run = false, distro = o.distro or K3S,
+                                   cluster = o.cluster or { name = "lab", loadbalancer = "10.253.11.10",
+                                                            hosts = {}, profiles = o.profiles or {} },
+                                   options = o.options })
+  ctx.join_secret = { token = string.rep("T", 64), agent_token = string.rep("A", 64) }
+  return ctx
+end
+
+-- What the runner does for a phase: prepare, assess each host, plan, run.
+local function drive(phase, ctx)
+  local work = phase.prepare(ctx)
+  ctx._planned, ctx._outcomes, ctx._steps = {}, {}, phase.steps
+  local with = {}
+  for _, h in ipairs(work) do
+    local acts = phase.assess(ctx, h)
+    if #acts > 0 then ctx._planned[h] = acts; with[#with + 1] = h end
+  end
+  if #with == 0 then return true, "nothing" end
+  return phase.run(ctx, with)
+end
+
+local function run(fn)
+  local ok, a, b = loop.run(fn)
+  assert(ok, a)
+  return a, b
+end
+
+local function grep(pattern)
+  local out = {}
+  for _, l in ipairs(journal) do
+    if l:find(pattern, 1, true) then out[#out + 1] = l end
+  end
+  return out
+end
+
+local STAGED = { method = "binary", moves = { { from = "/usr/local/bin/k3s.tmp.1", to = "/usr/local/bin/k3s" } } }
+
+before_each(function()
+  journal = {}
+  common.READY_INTERVAL = 0.01
+  common.READY_TIMEOUT = 2
+end)
+
+describe("Initialize Controller", function()
+  local phase = require "cargoship.phases.initialize_controller"
+
+  it("starts the leader first, then each other controller only once the one before is Ready", function()
+    local ready = {}
+    local leader_rules = {
+      { "systemctl start 'k3s-server'", fn = function() ready.cp1 = true; return "", 0 end },
+      { "'get' 'node'", fn = function(cmd)
+          local n = cmd:match("'get' 'node' '([%w]+)'")
+          return ready[n] and "True" or "False", 0
+        end },
+    }
+    local cp1 = host("cp1", "controller", leader_rules, { staged = STAGED })
+    local cp2 = host("cp2", "controller", { { "systemctl start 'k3s-server'",
+      fn = function() ready.cp2 = true; return "", 0 end } }, { staged = STAGED })
+    local cp3 = host("cp3", "controller", { { "systemctl start 'k3s-server'",
+      fn = function() ready.cp3 = true; return "", 0 end } }, { staged = STAGED })
+    local ctx = context({ cp2, cp1, cp3 })
+    ctx.leader = cp1
+    assert.is_true(run(function() return drive(phase, ctx) end))
+    local starts = grep("systemctl start 'k3s-server'")
+    assert.same({ "cp1: systemctl start 'k3s-server'", "cp2: systemctl start 'k3s-server'",
+                  "cp3: systemctl start 'k3s-server'" }, starts)
+    -- every Ready check ran on the leader, and cp3 started after cp2 was Ready
+    for _, l in ipairs(grep("'get' 'node'")) do assert.matches("^cp1: ", l) end
+    local pos = {}
+    for i, l in ipairs(journal) do pos[l] = pos[l] or i end
+    local cp2_ready
+    for i, l in ipairs(journal) do
+      if l:find("'get' 'node' 'cp2'", 1, true) then cp2_ready = i end
+    end
+    assert.is_truthy(cp2_ready)
+    assert.is_true(cp2_ready < pos["cp3: systemctl start 'k3s-server'"])
+    -- the staged binary was moved into place before the start
+    local moved = pos["cp1: mv -f -- '/usr/local/bin/k3s.tmp.1' '/usr/local/bin/k3s'"]
+    assert.is_true(moved < pos["cp1: systemctl start 'k3s-server'"])
+  end)
+
+  it("a server that fails to start fails naming the host, the cause and the service's recent log", function()
+    local cp1 = host("cp1", "controller", {
+      { "systemctl start 'k3s-server'", "Job for k3s-server.service failed", 1 },
+      { "journalctl", "level=fatal msg=\"starting kubernetes: preparing server: bad token\"", 0 },
+    }, { staged = STAGED })
+    local ctx = context({ cp1 })
+    ctx.leader = cp1
+    local ok, err = run(function() return drive(phase, ctx) end)
+    assert.is_nil(ok)
+    assert.matches("^cp1: ", err)
+    assert.matches("Job for k3s-server.service failed", err, 1, true)
+    assert.matches("recent log of k3s-server", err, 1, true)
+    assert.matches("preparing server: bad token", err, 1, true)
+  end)
+
+  it("not installed and nothing staged: the install step says so, naming the host", function()
+    local cp1 = host("cp1", "controller", {})
+    local ctx = context({ cp1 })
+    ctx.leader = cp1
+    local ok, err = run(function() return drive(phase, ctx) end)
+    assert.is_nil(ok)
+    assert.matches("cp1: k3s is not installed and no engine files were staged", err, 1, true)
+    assert.same({}, grep("systemctl start"))
+  end)
+
+  it("a node that never gets Ready fails with the leader's last answer", function()
+    local saved = common.READY_TIMEOUT
+    common.READY_TIMEOUT = 0.05
+    local cp1 = host("cp1", "controller", { { "'get' 'node'", "False", 0 } }, { action = "same" })
+    local ctx = context({ cp1 })
+    ctx.leader = cp1
+    local ok, err = run(function() return drive(phase, ctx) end)
+    common.READY_TIMEOUT = saved
+    assert.is_nil(ok)
+    assert.matches("node cp1 is not Ready", err, 1, true)
+    assert.matches("through cp1's kubectl: Ready is False", err, 1, true)
+  end)
+
+  it("a running controller has nothing to do", function()
+    local cp1 = host("cp1", "controller", {}, { running = true, action = "same" })
+    local ctx = context({ cp1 })
+    ctx.leader = cp1
+    local ok, what = run(function() return drive(phase, ctx) end)
+    assert.is_true(ok)
+    assert.equal("nothing", what)
+    assert.same({}, journal)
+  end)
+end)
+
+describe("Initialize Worker", function()
+  local phase = require "cargoship.phases.initialize_worker"
+
+  it("starts workers in per-profile batches of the profile's concurrency", function()
+    local leader = host("cp1", "controller", { { "'get' 'node'", "True", 0 } }, { running = true, action = "same" })
+    local ws = {}
+    for i = 1, 5 do
+      ws[i] = host("w" .. i, "worker", {}, { action = "same", profile = i <= 3 and "small" or nil })
+    end
+    local hosts = { leader, ws[1], ws[2], ws[3], ws[4], ws[5] }
+    local ctx = context(hosts, { profiles = { small = { name = "small", concurrency = { kind = "fixed", value = 2 } } },
+                                 options = { concurrency = 10 } })
+    ctx.leader = leader
+    local batches = {}
+    local each = ctx.each
+    function ctx.each(self, list, fn)
+      local names = {}
+      for _, h in ipairs(list) do names[#names + 1] = h.name end
+      batches[#batches + 1] = table.concat(names, ",")
+      return each(self, list, fn)
+    end
+    assert.is_true(run(function() return drive(phase, ctx) end))
+    assert.same({ "w1,w2", "w3", "w4,w5" }, batches)
+    assert.equal(5, #grep("systemctl start 'k3s-agent'"))
+  end)
+
+  it("a worker whose controller is unreachable fails naming the host and the agent's log", function()
+    local leader = host("cp1", "controller", { { "'get' 'node'", "NotFound", 1 } }, { running = true, action = "same" })
+    local w1 = host("w1", "worker", {
+      { "systemctl start 'k3s-agent'", "", 0 },
+      { "journalctl", "dial tcp 10.253.11.10:6443: connect: no route to host", 0 },
+    }, { action = "same" })
+    local saved = common.READY_TIMEOUT
+    common.READY_TIMEOUT = 0.05
+    local ctx = context({ leader, w1 })
+    ctx.leader = leader
+    local ok, failures = run(function() return drive(phase, ctx) end)
+    common.READY_TIMEOUT = saved
+    assert.is_nil(ok)
+    local msg = support.errors(failures)[1]
+    assert.matches("w1: ", msg, 1, true)
+    assert.matches("node w1 is not Ready", msg, 1, true)
+    assert.matches("connect: no route to host", msg, 1, true)
+  end)
+end)
+
+describe("Configure engine", function()
+  local phase = require "cargoship.phases.configure_engine"
+
+  it("reuses the leader's token files", function()
+    local cp1 = host("cp1", "controller", { { "sed 's/^/token=/'",
+      "token=" .. string.rep("x", 64) .. "\nagent_token=" .. string.rep("y", 64) .. "\n", 0 } })
+    local ctx = context({ cp1 })
+    ctx.join_secret, ctx.leader = nil, cp1
+    run(function() return phase.prepare(ctx) end)
+    assert.same({ token = string.rep("x", 64), agent_token = string.rep("y", 64) }, ctx.join_secret)
+  end)
+
+  it("makes a new secret of 64 alphanumerics each when the leader has none, and the worker gets the agent one",
+    function()
+      local cp1 = host("cp1", "controller", {})
+      local w1 = host("w1", "worker", {})
+      local ctx = context({ cp1, w1 })
+      ctx.join_secret, ctx.leader = nil, cp1
+      local work = run(function() return phase.prepare(ctx) end)
+      assert.equal(2, #work)
+      assert.matches("^%w+$", ctx.join_secret.token)
+      assert.equal(64, #ctx.join_secret.token)
+      assert.are_not.equal(ctx.join_secret.token, ctx.join_secret.agent_token)
+      local acts = run(function() return phase.assess(ctx, w1) end)
+      local contents = {}
+      for _, a in ipairs(acts) do if a.path then contents[a.path] = a.content end end
+      assert.equal(ctx.join_secret.agent_token .. "\n", contents["/etc/rancher/k3s/agent-token"])
+      assert.is_nil(contents["/etc/rancher/k3s/token"])
+    end)
+end)
+
+describe("kubeadm join step", function()
+  local steps = require("cargoship.phases.initialize_controller").steps
+  local UP = { type = "upstream", version = "1.35.3", engine = {}, manifests = {} }
+  local JOIN = "kubeadm join 10.253.11.10:6443 --token abcdef.0123456789abcdef "
+    .. "--discovery-token-ca-cert-hash sha256:" .. string.rep("a", 64) .. "\n"
+
+  it("creates a fresh token on the leader, and a certificate key for a control plane, then joins", function()
+    local cp1 = host("cp1", "controller", {
+      { "kubeadm token create", JOIN, 0 },
+      { "upload-certs", "[upload-certs] Using certificate key:\n" .. string.rep("b", 64) .. "\n", 0 } },
+      { running = true, action = "same" })
+    local written
+    local cp2 = host("cp2", "controller", { { "kubeadm join", "", 0 } })
+    local apply = cp2.apply
+    function cp2.apply(self, acts, o)
+      written = acts[1].content
+      return apply(self, acts, o)
+    end
+    local ctx = context({ cp1, cp2 }, { distro = UP })
+    ctx.leader = cp1
+    assert.is_true(run(function() return steps.kubeadm_join(ctx, cp2, {}) end))
+    assert.matches("token: abcdef.0123456789abcdef", written, 1, true)
+    assert.matches("certificateKey: " .. string.rep("b", 64), written, 1, true)
+    assert.equal(1, #grep("cp1: kubeadm token create"))
+    assert.equal(1, #grep("cp2: kubeadm join --config '/etc/kubernetes/kubeadm-config.yaml'"))
+  end)
+
+  it("a worker needs no certificate key", function()
+    local cp1 = host("cp1", "controller", { { "kubeadm token create", JOIN, 0 } }, { running = true, action = "same" })
+    local w1 = host("w1", "worker", { { "kubeadm join", "", 0 } })
+    local ctx = context({ cp1, w1 }, { distro = UP })
+    ctx.leader = cp1
+    assert.is_true(run(function() return steps.kubeadm_join(ctx, w1, {}) end))
+    assert.same({}, grep("upload-certs"))
+  end)
+end)
