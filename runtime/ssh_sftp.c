@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,64 @@
 #define OFFER (256 * 1024)
 
 enum { F_INIT, F_OPEN, F_XFER, F_FSYNC, F_CLOSE, F_DONE };
+
+/* A local file as every upload of it sees it: one read-only mapping shared by all the
+ * concurrent puts of the same file (same device, inode, size and mtime), so memory holds
+ * its pages once, not once per host (RSS counts each mapping's resident pages). */
+typedef struct src_map {
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+  unsigned char *p;
+  int refs;
+  struct src_map *next;
+} src_map;
+
+static src_map *src_maps;
+
+static int same_file(const src_map *m, const struct stat *st) {
+  return m->dev == st->st_dev && m->ino == st->st_ino && m->size == st->st_size
+      && m->mtime.tv_sec == st->st_mtim.tv_sec && m->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+/* -> the shared mapping of fd's file (st->st_size > 0), or NULL with errno set */
+static src_map *src_acquire(int fd, const struct stat *st) {
+  for (src_map *m = src_maps; m; m = m->next)
+    if (same_file(m, st)) {
+      m->refs++;
+      return m;
+    }
+  src_map *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->p = mmap(NULL, (size_t)st->st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (m->p == MAP_FAILED) {
+    int err = errno;
+    free(m);
+    errno = err;
+    return NULL;
+  }
+  madvise(m->p, (size_t)st->st_size, MADV_SEQUENTIAL);
+  m->dev = st->st_dev;
+  m->ino = st->st_ino;
+  m->size = st->st_size;
+  m->mtime = st->st_mtim;
+  m->refs = 1;
+  m->next = src_maps;
+  src_maps = m;
+  return m;
+}
+
+static void src_release(src_map *m) {
+  if (--m->refs > 0) return;
+  for (src_map **pp = &src_maps; *pp; pp = &(*pp)->next)
+    if (*pp == m) {
+      *pp = m->next;
+      break;
+    }
+  munmap(m->p, (size_t)m->size);
+  free(m);
+}
 enum { K_PUT, K_GET };
 
 typedef struct {
@@ -23,7 +82,8 @@ typedef struct {
   int kind, state;
   int holds_ctl;
   int fd;                 /* local file */
-  unsigned char *map;     /* put: the local file mapped */
+  src_map *src;           /* put: the local file's shared mapping (none when empty) */
+  const unsigned char *map;
   size_t size, done;
   size_t offer;           /* put: bytes offered per sftp_write call */
   int fsync;              /* put: fsync before close (default on) */
@@ -48,7 +108,8 @@ static void op_cleanup(lua_State *L, cs_sftp *op) {
   if (ss && ss->send_owner == op) cs_ssh_break(L, ss, "a transfer was cut off mid-packet");
   /* a handle cut short cannot be closed without waiting; freeing the session frees it */
   op->h = NULL;
-  if (op->map && op->size) munmap(op->map, op->size);
+  if (op->src) src_release(op->src);
+  op->src = NULL;
   op->map = NULL;
   if (op->fd >= 0) close(op->fd);
   op->fd = -1;
@@ -287,13 +348,12 @@ static int l_ssh_sftp_put(lua_State *L) {
   if (op->fd < 0 || fstat(op->fd, &st) != 0) return local_fail(L, op, "open", errno);
   op->size = (size_t)st.st_size;
   if (op->size > 0) {
-    op->map = mmap(NULL, op->size, PROT_READ, MAP_PRIVATE, op->fd, 0);
-    if (op->map == MAP_FAILED) {
-      op->map = NULL;
-      return local_fail(L, op, "mmap", errno);
-    }
-    madvise(op->map, op->size, MADV_SEQUENTIAL);
+    op->src = src_acquire(op->fd, &st);
+    if (!op->src) return local_fail(L, op, "mmap", errno);
+    op->map = op->src->p;
   }
+  close(op->fd);   /* the mapping keeps the file; one descriptor less per host */
+  op->fd = -1;
   return sftp_step(L, op);
 }
 
@@ -330,6 +390,89 @@ static const luaL_Reg sftp_methods[] = {
   {"sftp_get", l_ssh_sftp_get},
   {NULL, NULL}
 };
+
+/* Digests already taken, by file identity (device, inode, size, mtime): a package file
+ * goes to every host, and hashing it again per host cost the client 10 x 256 MiB. */
+typedef struct sum_entry {
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+  char hex[2 * EVP_MAX_MD_SIZE + 1];
+  struct sum_entry *next;
+} sum_entry;
+
+static sum_entry *sums;
+
+/* ssh.file_sha256(path) -> hex, size | nil, msg, "io"
+ * The local file's sha256, taken once per file identity in this process. */
+static int l_file_sha256(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    cs_ssh_fail(L, NULL, "io", lua_pushfstring(L, "sha256 %s", path), "%s", strerror(err));
+    return 3;
+  }
+  for (sum_entry *e = sums; e; e = e->next)
+    if (e->dev == st.st_dev && e->ino == st.st_ino && e->size == st.st_size
+        && e->mtime.tv_sec == st.st_mtim.tv_sec && e->mtime.tv_nsec == st.st_mtim.tv_nsec) {
+      close(fd);
+      lua_pushstring(L, e->hex);
+      lua_pushinteger(L, (lua_Integer)e->size);
+      return 2;
+    }
+  sum_entry *e = calloc(1, sizeof *e);
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  unsigned char *buf = malloc(OFFER);
+  if (!e || !ctx || !buf || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+    free(e);
+    free(buf);
+    EVP_MD_CTX_free(ctx);
+    close(fd);
+    return luaL_error(L, "sha256: out of memory or libcrypto failed");
+  }
+  off_t total = 0;
+  ssize_t r;
+  while ((r = read(fd, buf, OFFER)) > 0 || (r < 0 && errno == EINTR)) {
+    if (r < 0) continue;
+    EVP_DigestUpdate(ctx, buf, (size_t)r);
+    total += r;
+  }
+  int err = r < 0 ? errno : 0;
+  close(fd);
+  free(buf);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_DigestFinal_ex(ctx, md, &n);
+  EVP_MD_CTX_free(ctx);
+  if (err) {
+    free(e);
+    cs_ssh_fail(L, NULL, "io", lua_pushfstring(L, "sha256 %s", path), "%s", strerror(err));
+    return 3;
+  }
+  for (unsigned i = 0; i < n; i++) snprintf(e->hex + 2 * i, 3, "%02x", md[i]);
+  lua_pushstring(L, e->hex);
+  lua_pushinteger(L, (lua_Integer)total);
+  if (total != st.st_size) {   /* it changed while we read it: do not remember this one */
+    free(e);
+    return 2;
+  }
+  e->dev = st.st_dev;
+  e->ino = st.st_ino;
+  e->size = st.st_size;
+  e->mtime = st.st_mtim;
+  e->next = sums;
+  sums = e;
+  return 2;
+}
+
+void cs_ssh_sftp_register(lua_State *L) {
+  lua_pushcfunction(L, l_file_sha256);
+  lua_setfield(L, -2, "file_sha256");
+}
 
 void cs_ssh_sftp_methods(lua_State *L) {
   luaL_setfuncs(L, sftp_methods, 0);
