@@ -298,7 +298,6 @@ int luaopen_cargoship_ssh(lua_State *L) {
   lua_pop(L, 1);
   luaL_newlib(L, ssh_funcs);
   cs_ssh_connect_register(L);
-  cs_ssh_sftp_register(L);
   cs_kh_register(L);
   return 1;
 }

@@ -104,7 +104,6 @@ void cs_ssh_connect_register(lua_State *L);
 void cs_ssh_agent_methods(lua_State *L);
 void cs_ssh_exec_methods(lua_State *L);
 void cs_ssh_sftp_methods(lua_State *L);
-void cs_ssh_sftp_register(lua_State *L);   /* ssh.file_sha256 on the module table */
 void cs_ssh_tunnel_methods(lua_State *L);
 
 #endif

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,89 +389,6 @@ static const luaL_Reg sftp_methods[] = {
   {"sftp_get", l_ssh_sftp_get},
   {NULL, NULL}
 };
-
-/* Digests already taken, by file identity (device, inode, size, mtime): a package file
- * goes to every host, and hashing it again per host cost the client 10 x 256 MiB. */
-typedef struct sum_entry {
-  dev_t dev;
-  ino_t ino;
-  off_t size;
-  struct timespec mtime;
-  char hex[2 * EVP_MAX_MD_SIZE + 1];
-  struct sum_entry *next;
-} sum_entry;
-
-static sum_entry *sums;
-
-/* ssh.file_sha256(path) -> hex, size | nil, msg, "io"
- * The local file's sha256, taken once per file identity in this process. */
-static int l_file_sha256(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    int err = errno;
-    if (fd >= 0) close(fd);
-    cs_ssh_fail(L, NULL, "io", lua_pushfstring(L, "sha256 %s", path), "%s", strerror(err));
-    return 3;
-  }
-  for (sum_entry *e = sums; e; e = e->next)
-    if (e->dev == st.st_dev && e->ino == st.st_ino && e->size == st.st_size
-        && e->mtime.tv_sec == st.st_mtim.tv_sec && e->mtime.tv_nsec == st.st_mtim.tv_nsec) {
-      close(fd);
-      lua_pushstring(L, e->hex);
-      lua_pushinteger(L, (lua_Integer)e->size);
-      return 2;
-    }
-  sum_entry *e = calloc(1, sizeof *e);
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  unsigned char *buf = malloc(OFFER);
-  if (!e || !ctx || !buf || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
-    free(e);
-    free(buf);
-    EVP_MD_CTX_free(ctx);
-    close(fd);
-    return luaL_error(L, "sha256: out of memory or libcrypto failed");
-  }
-  off_t total = 0;
-  ssize_t r;
-  while ((r = read(fd, buf, OFFER)) > 0 || (r < 0 && errno == EINTR)) {
-    if (r < 0) continue;
-    EVP_DigestUpdate(ctx, buf, (size_t)r);
-    total += r;
-  }
-  int err = r < 0 ? errno : 0;
-  close(fd);
-  free(buf);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_DigestFinal_ex(ctx, md, &n);
-  EVP_MD_CTX_free(ctx);
-  if (err) {
-    free(e);
-    cs_ssh_fail(L, NULL, "io", lua_pushfstring(L, "sha256 %s", path), "%s", strerror(err));
-    return 3;
-  }
-  for (unsigned i = 0; i < n; i++) snprintf(e->hex + 2 * i, 3, "%02x", md[i]);
-  lua_pushstring(L, e->hex);
-  lua_pushinteger(L, (lua_Integer)total);
-  if (total != st.st_size) {   /* it changed while we read it: do not remember this one */
-    free(e);
-    return 2;
-  }
-  e->dev = st.st_dev;
-  e->ino = st.st_ino;
-  e->size = st.st_size;
-  e->mtime = st.st_mtim;
-  e->next = sums;
-  sums = e;
-  return 2;
-}
-
-void cs_ssh_sftp_register(lua_State *L) {
-  lua_pushcfunction(L, l_file_sha256);
-  lua_setfield(L, -2, "file_sha256");
-}
 
 void cs_ssh_sftp_methods(lua_State *L) {
   luaL_setfuncs(L, sftp_methods, 0);

@@ -568,7 +568,8 @@ end
 -- The host's sha256 of "$1", printed as hex first on the line: openssl or python3's hashlib
 -- (both use the CPU's SHA extensions, ~5x less CPU than coreutils' sha256sum, which is
 -- what an upload's check costs the host beyond the transfer), else sha256sum.
-local HOST_SHA256 = "cs_sha256() { openssl dgst -sha256 -r \"$1\" 2>/dev/null || python3 -c "
+local HOST_SHA256 = "cs_sha256() { case $1 in -*) set -- \"./$1\";; esac;"
+  .. " openssl dgst -sha256 -r \"$1\" 2>/dev/null || python3 -c "
   .. util.quote("import hashlib, sys\nh = hashlib.sha256()\nwith open(sys.argv[1], 'rb') as f:\n"
     .. "    for b in iter(lambda: f.read(1 << 20), b''):\n        h.update(b)\nprint(h.hexdigest())")
   .. " \"$1\" 2>/dev/null || sha256sum -- \"$1\"; }"
@@ -587,18 +588,18 @@ function Connection:upload(local_path, remote, opts)
   local sum = opts.sha256
   if not sum then
     local size
-    sum, size = ssh.file_sha256(local_path)   -- once per file identity per run
+    sum, size = util.sha256_file(local_path)   -- once per file identity per run
     if not sum then return nil, size, "io" end
   end
   local mode = opts.mode
   if type(mode) == "number" then mode = string.format("%o", mode) end
   mode = mode and mode:gsub("^0+(%d%d%d)$", "%1")
   local owner = opts.owner and (opts.owner .. (opts.group and (":" .. opts.group) or "")) or nil
-  local probe = shell.fmt("sha256sum -- %s 2>/dev/null; stat -c '%%a %%U:%%G' -- %s 2>/dev/null; true",
-    remote, remote)
+  local probe = HOST_SHA256 .. "\n" .. shell.fmt("[ ! -f %s ] || cs_sha256 %s 2>/dev/null; stat -c '%%a %%U:%%G' -- %s"
+    .. " 2>/dev/null; true", remote, remote, remote)
   local cur = self:exec(probe, { sudo = true, timeout = opts.timeout })
   if cur then
-    local rsum, rmode, rowner = cur:match("^(%x+)  .-\n(%d+) (%S+)")
+    local rsum, rmode, rowner = cur:match("^(%x+)[^\n]*\n(%d+) (%S+)")
     if rsum == sum and (not mode or mode == rmode)
       and (not owner or owner == rowner or (not opts.group and rowner:match("^[^:]*") == opts.owner)) then
       return { skipped = true, bytes = 0, sha256 = sum }

@@ -1,6 +1,5 @@
 -- Specs of the upload path's costs: the local hash taken once per file, the host's hash helper, one fsync per upload.
 local loop = require "cargoship.loop"
-local ssh = require "cargoship.ssh"
 local util = require "cargoship.util"
 local transport = require "cargoship.transport"
 
@@ -47,13 +46,13 @@ describe("the upload path", function()
   it("hashes a local file once per identity, and again once it changed", function()
     local f = dir .. "/blob"
     write(f, "first content")
-    local sum, size = ssh.file_sha256(f)
+    local sum, size = util.sha256_file(f)
     assert.are.equal(util.sha256("first content"), sum)
     assert.are.equal(13, size)
-    assert.are.equal(sum, (ssh.file_sha256(f)))
+    assert.are.equal(sum, (util.sha256_file(f)))
     write(f, "second, longer content")
-    assert.are.equal(util.sha256("second, longer content"), (ssh.file_sha256(f)))
-    local none, err, code = ssh.file_sha256(dir .. "/missing")
+    assert.are.equal(util.sha256("second, longer content"), (util.sha256_file(f)))
+    local none, err, code = util.sha256_file(dir .. "/missing")
     assert.is_nil(none)
     assert.are.equal("io", code)
     assert.matches("missing", err, 1, true)
