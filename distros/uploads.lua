@@ -20,6 +20,7 @@ local action = require "cargoship.action"
 local images = require "distros.images"
 local shell = require "cargoship.shell"
 local util = require "cargoship.util"
+local transport = require "cargoship.transport"
 
 local M = {}
 
@@ -168,8 +169,10 @@ end
 local function short_mode(m) return m and (m:gsub("^0+(%d%d%d)$", "%1")) or nil end
 
 local function probe_script(items)
-  local lines, dirs, seen = { "cs_f() { if [ -f \"$2\" ] && [ ! -L \"$2\" ]; then set -- \"$1\" \"$2\" "
-    .. "$(sha256sum -- \"$2\" | cut -d' ' -f1) $(stat -c '%a %U %G' -- \"$2\"); echo \"F $1 $3 $4 $5 $6\";"
+  -- the transport's hash helper: a second apply hashes every target, so its CPU counts
+  local lines, dirs, seen = { transport.HOST_SHA256,
+    "cs_f() { if [ -f \"$2\" ] && [ ! -L \"$2\" ]; then set -- \"$1\" \"$2\" "
+    .. "$(cs_sha256 \"$2\" | cut -d' ' -f1) $(stat -c '%a %U %G' -- \"$2\"); echo \"F $1 $3 $4 $5 $6\";"
     .. " else echo \"F $1 -\"; fi; }" }, {}, {}
   local function dir(d)
     if seen[d] then return end

@@ -15,6 +15,64 @@
 #define OFFER (256 * 1024)
 
 enum { F_INIT, F_OPEN, F_XFER, F_FSYNC, F_CLOSE, F_DONE };
+
+/* A local file as every upload of it sees it: one read-only mapping shared by all the
+ * concurrent puts of the same file (same device, inode, size and mtime), so memory holds
+ * its pages once, not once per host (RSS counts each mapping's resident pages). */
+typedef struct src_map {
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+  unsigned char *p;
+  int refs;
+  struct src_map *next;
+} src_map;
+
+static src_map *src_maps;
+
+static int same_file(const src_map *m, const struct stat *st) {
+  return m->dev == st->st_dev && m->ino == st->st_ino && m->size == st->st_size
+      && m->mtime.tv_sec == st->st_mtim.tv_sec && m->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+/* -> the shared mapping of fd's file (st->st_size > 0), or NULL with errno set */
+static src_map *src_acquire(int fd, const struct stat *st) {
+  for (src_map *m = src_maps; m; m = m->next)
+    if (same_file(m, st)) {
+      m->refs++;
+      return m;
+    }
+  src_map *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->p = mmap(NULL, (size_t)st->st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (m->p == MAP_FAILED) {
+    int err = errno;
+    free(m);
+    errno = err;
+    return NULL;
+  }
+  madvise(m->p, (size_t)st->st_size, MADV_SEQUENTIAL);
+  m->dev = st->st_dev;
+  m->ino = st->st_ino;
+  m->size = st->st_size;
+  m->mtime = st->st_mtim;
+  m->refs = 1;
+  m->next = src_maps;
+  src_maps = m;
+  return m;
+}
+
+static void src_release(src_map *m) {
+  if (--m->refs > 0) return;
+  for (src_map **pp = &src_maps; *pp; pp = &(*pp)->next)
+    if (*pp == m) {
+      *pp = m->next;
+      break;
+    }
+  munmap(m->p, (size_t)m->size);
+  free(m);
+}
 enum { K_PUT, K_GET };
 
 typedef struct {
@@ -23,7 +81,8 @@ typedef struct {
   int kind, state;
   int holds_ctl;
   int fd;                 /* local file */
-  unsigned char *map;     /* put: the local file mapped */
+  src_map *src;           /* put: the local file's shared mapping (none when empty) */
+  const unsigned char *map;
   size_t size, done;
   size_t offer;           /* put: bytes offered per sftp_write call */
   int fsync;              /* put: fsync before close (default on) */
@@ -48,7 +107,8 @@ static void op_cleanup(lua_State *L, cs_sftp *op) {
   if (ss && ss->send_owner == op) cs_ssh_break(L, ss, "a transfer was cut off mid-packet");
   /* a handle cut short cannot be closed without waiting; freeing the session frees it */
   op->h = NULL;
-  if (op->map && op->size) munmap(op->map, op->size);
+  if (op->src) src_release(op->src);
+  op->src = NULL;
   op->map = NULL;
   if (op->fd >= 0) close(op->fd);
   op->fd = -1;
@@ -287,13 +347,12 @@ static int l_ssh_sftp_put(lua_State *L) {
   if (op->fd < 0 || fstat(op->fd, &st) != 0) return local_fail(L, op, "open", errno);
   op->size = (size_t)st.st_size;
   if (op->size > 0) {
-    op->map = mmap(NULL, op->size, PROT_READ, MAP_PRIVATE, op->fd, 0);
-    if (op->map == MAP_FAILED) {
-      op->map = NULL;
-      return local_fail(L, op, "mmap", errno);
-    }
-    madvise(op->map, op->size, MADV_SEQUENTIAL);
+    op->src = src_acquire(op->fd, &st);
+    if (!op->src) return local_fail(L, op, "mmap", errno);
+    op->map = op->src->p;
   }
+  close(op->fd);   /* the mapping keeps the file; one descriptor less per host */
+  op->fd = -1;
   return sftp_step(L, op);
 }
 
