@@ -294,6 +294,25 @@ function M.human(n)
   return i == 1 and string.format("%d B", n) or string.format("%.1f %s", n, UNITS[i])
 end
 
+-- The action records of `which` ("common" or "engine") files on host: what the upload
+-- phases' assess returns. Raises, naming the host, when the package cannot say.
+function M.planned(ctx, host, which)
+  local items, err = M.items(ctx, host, which)
+  if not items then error(host.name .. ": " .. tostring(err), 0) end
+  local acts, aerr = M.assess(host, items)
+  if not acts then error(aerr, 0) end
+  return acts
+end
+
+-- The hosts that take their engine files by method m ("rpm", "apt"): phases 15 and 16.
+function M.hosts_by_method(ctx, m)
+  local out = {}
+  for _, h in ipairs(ctx.hosts) do
+    if M.method(ctx, h) == m then out[#out + 1] = h end
+  end
+  return out
+end
+
 -- The upload phases' run: the planned records, host by host at most --concurrent-uploads at
 -- once, one record at a time so the progress line counts bytes as files land.
 function M.run(ctx, hosts)

@@ -25,13 +25,7 @@ end
 
 function M.assess(ctx, host)
   local acts = {}
-  if uploads.method(ctx, host) == "binary" then
-    local items, err = uploads.items(ctx, host, "engine")
-    if not items then error(host.name .. ": " .. tostring(err), 0) end
-    local a, aerr = uploads.assess(host, items)
-    if not a then error(aerr, 0) end
-    acts = a
-  end
+  if uploads.method(ctx, host) == "binary" then acts = uploads.planned(ctx, host, "engine") end
   local recs, rerr = uploads.records(ctx, host)
   if not recs then error(host.name .. ": " .. tostring(rerr), 0) end
   for _, r in ipairs(recs) do acts[#acts + 1] = r end

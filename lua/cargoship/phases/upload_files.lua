@@ -34,11 +34,7 @@ function M.prepare(ctx)
 end
 
 function M.assess(ctx, host)
-  local items, err = uploads.items(ctx, host, "common")
-  if not items then error(host.name .. ": " .. tostring(err), 0) end
-  local acts, aerr = uploads.assess(host, items)
-  if not acts then error(aerr, 0) end
-  return acts
+  return uploads.planned(ctx, host, "common")
 end
 
 M.run = uploads.run

@@ -16,19 +16,11 @@ local M = {
 }
 
 function M.prepare(ctx)
-  local out = {}
-  for _, h in ipairs(ctx.hosts) do
-    if uploads.method(ctx, h) == "rpm" then out[#out + 1] = h end
-  end
-  return out
+  return uploads.hosts_by_method(ctx, "rpm")
 end
 
 function M.assess(ctx, host)
-  local items, err = uploads.items(ctx, host, "engine")
-  if not items then error(host.name .. ": " .. tostring(err), 0) end
-  local acts, aerr = uploads.assess(host, items)
-  if not acts then error(aerr, 0) end
-  return acts
+  return uploads.planned(ctx, host, "engine")
 end
 
 M.run = uploads.run
