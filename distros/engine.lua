@@ -122,6 +122,31 @@ function Engine:parse_version(out)
     or out:match("(" .. VERSION .. ")")
 end
 
+-- The join secret as files on the leader, read back as "key=value" lines. keys: an ordered
+-- list of {key, path}. The command never fails, so a leader without the files yet answers
+-- with nothing rather than an error; the parser wants every key, or gives nil.
+function Engine.secret_files_read(_, keys)
+  local parts, paths = {}, {}
+  for _, k in ipairs(keys) do
+    parts[#parts + 1] = "sed 's/^/" .. k[1] .. "=/' %s;"
+    paths[#paths + 1] = k[2]
+  end
+  return shell.fmt("{ " .. table.concat(parts, " ") .. " } 2>/dev/null; true", table.unpack(paths))
+end
+
+function Engine.secret_files_parse(_, out, keys)
+  local want, s = {}, {}
+  for _, k in ipairs(keys) do want[k[1]] = true end
+  for line in (out or ""):gmatch("[^\n]+") do
+    local k, v = line:match("^(%a[%w_]*)=(%S+)%s*$")
+    if want[k] then s[k] = s[k] or v end
+  end
+  for _, k in ipairs(keys) do
+    if not s[k[1]] then return nil end
+  end
+  return s
+end
+
 function Engine:service(role)
   local s = self.services[role]
   if not s then error(string.format("%s: no service for role %s", self.name, tostring(role)), 2) end

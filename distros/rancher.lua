@@ -250,21 +250,13 @@ function M.new_secret(_, bytes)
            agent_token = engine.token_from_bytes(bytes:sub(65, 128)) }
 end
 
--- Prints "token=<t>" and "agent_token=<t>" for the files that exist; never fails, so a
--- leader without them yet answers with nothing rather than an error.
+-- Prints "token=<t>" and "agent_token=<t>" for the files that exist (Engine.secret_files_read).
 function M:join_secret_read()
-  return shell.fmt("{ sed 's/^/token=/' %s; sed 's/^/agent_token=/' %s; } 2>/dev/null; true",
-    self.token_path, self.agent_token_path)
+  return self:secret_files_read { { "token", self.token_path }, { "agent_token", self.agent_token_path } }
 end
 
-function M.parse_join_secret(_, out)
-  local s = {}
-  for line in (out or ""):gmatch("[^\n]+") do
-    local k, v = line:match("^(%a[%w_]*)=(%S+)%s*$")
-    if k == "token" or k == "agent_token" then s[k] = s[k] or v end
-  end
-  if s.token and s.agent_token then return s end
-  return nil
+function M:parse_join_secret(out)
+  return self:secret_files_parse(out, { { "token", self.token_path }, { "agent_token", self.agent_token_path } })
 end
 
 function M:join_secret_write(secret)

@@ -287,18 +287,11 @@ function M:join_secret_save(s)
 end
 
 function M:join_secret_read()
-  return shell.fmt("{ sed 's/^/token=/' %s; sed 's/^/ca_cert_hash=/' %s; } 2>/dev/null; true",
-    self.token_path, self.ca_hash_path)
+  return self:secret_files_read { { "token", self.token_path }, { "ca_cert_hash", self.ca_hash_path } }
 end
 
-function M.parse_join_secret(_, out)
-  local s = {}
-  for line in (out or ""):gmatch("[^\n]+") do
-    local k, v = line:match("^(%a[%w_]*)=(%S+)%s*$")
-    if k == "token" or k == "ca_cert_hash" then s[k] = s[k] or v end
-  end
-  if s.token and s.ca_cert_hash then return s end
-  return nil
+function M:parse_join_secret(out)
+  return self:secret_files_parse(out, { { "token", self.token_path }, { "ca_cert_hash", self.ca_hash_path } })
 end
 
 function M.join_secret_write() return {} end
