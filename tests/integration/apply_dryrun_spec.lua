@@ -40,7 +40,7 @@ local TMPFS_IGNORE = { "^/run/log/journal/", "^/run/motd%.dynamic$" }
 local VERDICTS = { ran = true, own = true, would_act = true, nothing_to_do = true, unassessed = true,
   failed = true, skipped = true, interrupted = true }
 local TOP_KEYS = { "cleanup", "cluster", "dry_run", "elapsed", "error", "hosts", "interrupted", "not_in_build",
-  "ok", "outcome", "pending", "phases", "pipeline", "plan", "run_id", "schema" }
+  "ok", "outcome", "pending", "phases", "pipeline", "plan", "run_id", "schema", "skipped_phases" }
 local PHASE_KEYS = { "dry_run_policy", "elapsed", "error", "hosts", "id", "index", "number", "probes", "summary",
   "title", "verdict", "writes" }
 local HOST_KEYS = { "actions", "error", "host", "left_alone", "not_reached", "probes", "reason", "writes" }

@@ -122,6 +122,10 @@ function M.container_selinux(work, pkgdir)
     .. " selector: {package: rpm}}]"
 end
 
+-- The engine phases (18-22) left out, for specs whose packages carry no engine: what they
+-- test is preparing and uploading; install_spec installs engines from lab-distros packages.
+M.NO_ENGINE = " --skip-phases 18-22"
+
 -- M.built(distro_yaml) -> the path of a package archive built from it with `cargoship package
 -- create`, as an operator ships one: apply uploads a package's files only from a built package.
 -- Built again only when the distro.yaml changed (a spec may edit it between runs): one

@@ -40,7 +40,9 @@ teardown(function()
   if work then os.execute("rm -rf " .. q(work)) end
 end)
 
-local function apply(args) return run.apply(work, args .. " --distro " .. q(run.built(work .. "/distro.yaml"))) end
+local function apply(args)
+  return run.apply(work, args .. run.NO_ENGINE .. " --distro " .. q(run.built(work .. "/distro.yaml")))
+end
 
 describe("apply -f where fapolicyd runs", function()
   it("writes both rule files and reloads, as planned, then has nothing to do", function()

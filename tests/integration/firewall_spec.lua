@@ -52,7 +52,7 @@ end
 
 local function apply(args, cluster_extra)
   run.cluster(work, MEMBERS, cluster_extra or function() return string.format(RULES, OPEN_PORT) end)
-  return run.apply(work, args .. " --distro " .. q(run.built(work .. "/distro.yaml")))
+  return run.apply(work, args .. run.NO_ENGINE .. " --distro " .. q(run.built(work .. "/distro.yaml")))
 end
 
 -- What an earlier run of this spec left: gone, so every run starts from the hosts as booted.

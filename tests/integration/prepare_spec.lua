@@ -17,6 +17,11 @@ local OPERATOR_LINE = "192.0.2.77 operator-line.example operator-line"
 
 local work
 
+-- the package's files and the engine phases left out: these packages carry no engine
+local function pkg_args(name)
+  return run.NO_ENGINE .. " --distro " .. q(run.built(work .. "/" .. name .. "/distro.yaml"))
+end
+
 local function distro(name, kernel)
   local dir = work .. "/" .. name
   assert(os.execute("mkdir -p " .. q(dir)))
@@ -66,11 +71,11 @@ describe("apply -H with a package's env, sysctl and modules", function()
     hosts_before = {}
     for i = 1, N do hosts_before[i] = select(2, run.ssh(i, "cat /etc/hosts")) end
     up0 = run.uppers(N)
-    plan = run.apply(work, "--dry-run -H --distro " .. q(run.built(work .. "/good/distro.yaml")))
+    plan = run.apply(work, "--dry-run -H" .. pkg_args("good"))
     up1 = run.uppers(N)
-    first = run.apply(work, "--confirm -H --distro " .. q(run.built(work .. "/good/distro.yaml")))
+    first = run.apply(work, "--confirm -H" .. pkg_args("good"))
     up2 = run.uppers(N)
-    second = run.apply(work, "--confirm -H --distro " .. q(run.built(work .. "/good/distro.yaml")))
+    second = run.apply(work, "--confirm -H" .. pkg_args("good"))
     up3 = run.uppers(N)
   end)
 
@@ -138,9 +143,9 @@ end)
 
 describe("a kernel module the host cannot load", function()
   it("fails the phase naming the module, after writing its boot file", function()
-    local plan = run.apply(work, "--dry-run --distro " .. q(run.built(work .. "/badmod/distro.yaml")))
+    local plan = run.apply(work, "--dry-run" .. pkg_args("badmod"))
     assert.are.equal(3, plan.code, plan.stderr)
-    local r = run.apply(work, "--confirm --distro " .. q(run.built(work .. "/badmod/distro.yaml")))
+    local r = run.apply(work, "--confirm" .. pkg_args("badmod"))
     assert.are.equal(1, r.code, r.stderr)
     local prep = run.phase(r.doc, "prepare_hosts")
     run.compare(plan.doc, r.doc, prep.index)

@@ -64,7 +64,9 @@ end)
 
 describe("phases 9 and 11 on Enforcing hosts", function()
   local plan, first, second, up0, up1, up2, up3
-  local function args(name) return "--distro " .. q(run.built(work .. "/" .. name .. "/distro.yaml")) end
+  local function args(name)
+    return run.NO_ENGINE .. " --distro " .. q(run.built(work .. "/" .. name .. "/distro.yaml"))
+  end
 
   setup(function()
     up0 = run.uppers(ALL)
@@ -126,7 +128,8 @@ end)
 
 describe("a failed SELinux step", function()
   it("stops the host there, naming the step; the steps after it are not run", function()
-    local r = run.apply(work, "--confirm --distro " .. q(run.built(work .. "/broken/distro.yaml")))
+    local pkg = q(run.built(work .. "/broken/distro.yaml"))
+    local r = run.apply(work, "--confirm" .. run.NO_ENGINE .. " --distro " .. pkg)
     assert.are.equal(1, r.code, r.stderr)
     local pol = run.phase(r.doc, "selinux_policy")
     assert.are.equal("failed", pol.verdict)

@@ -48,6 +48,23 @@ function M.checks.duration(s)
   return total
 end
 
+-- "18-22,24": phase numbers and ranges, comma-separated -> a sorted list without repeats.
+function M.checks.number_list(s)
+  local bad = "expected phase numbers such as 18-22,24"
+  local seen, out = {}, {}
+  for item in (s .. ","):gmatch("([^,]*),") do
+    local a, b = item:match("^(%d+)%-(%d+)$")
+    if not a then a = item:match("^(%d+)$"); b = a end
+    a, b = tonumber(a), tonumber(b)
+    if not a or a > b or b > 999 then return nil, bad end
+    for n = a, b do
+      if not seen[n] then seen[n] = true; out[#out + 1] = math.tointeger(n) end
+    end
+  end
+  table.sort(out)
+  return out
+end
+
 function M.checks.nonempty(s)
   if s == "" then return nil, "expected a non-empty value" end
   return s

@@ -10,7 +10,7 @@ local runner = require "cargoship.pipeline.runner"
 local M = {}
 
 M.name = "apply"
-M.summary = "bring a cluster's hosts to what its cluster file describes (engines not started by this build)"
+M.summary = "bring a cluster's hosts to what its cluster file describes: prepare, upload, install and start engines"
 M.usage = [[
 Usage: cargoship apply [options] CLUSTER [--distro PACKAGE]
        cargoship apply [options] PACKAGE --config CLUSTER     (the Go tool's form)
@@ -23,10 +23,15 @@ hosts, gather distro facts, check for nodes no longer in the config, acquire the
 lock), 8-13 (prepare hosts: /etc/environment, sysctl and kernel modules from the host's
 environment and the --distro package; container-selinux, fapolicyd rules with -f, SELinux
 policy; /etc/hosts with -H; the firewall with -F), 14-17 (upload the distro package's
-files, image tarballs and engine files: RPM, APT or binaries), 25 (install the staged
-engine files: dnf, apt-get without update, or binaries moved into place), 30 (release the
-lock) and 31 (disconnect). Phases 18-24 and 26-29 (importing images, configuring, starting
-and upgrading engines) are not in this build, and the report says so.
+files, image tarballs and engine files: RPM, APT or binaries), 18-22 (import images where
+the engine does not, write the engine's configuration, install and start the controllers,
+the leader first and the others one at a time, each Ready through the leader's kubectl
+before the next; apply the package's manifests from the leader; install and start the
+workers in batches), 25 (install the staged engine files on hosts no phase above
+installed), 30 (release the lock) and 31 (disconnect). A node whose engine service runs
+is left to the upgrade phases. Phases 23-24 and 26-29 (upgrading engines, syncing config,
+kubeconfig, labels) are not in this build, and the report says so. --skip-phases leaves
+out phases of your choice (say 18-22: prepare and upload only); the report lists them.
 
 -F/--firewall configures the front end the node runs (firewalld, ufw or nftables; one
 installed but stopped is left alone, never started, and the report says why) and refuses
@@ -123,6 +128,9 @@ M.options = {
     help = "per host: give up connecting after DURATION" },
   { long = "max-clock-skew", value = "DURATION", check = args.checks.duration, default = 30,
     help = "fail hosts whose clock is further than DURATION from the median host clock" },
+  { long = "skip-phases", value = "LIST", check = args.checks.number_list,
+    help = "leave out these phases of the pipeline (numbers and ranges: 18-22,25); the report lists them "
+      .. "as skipped. Phases 1-7, 30 and 31 cannot be skipped" },
   { long = "phases", value = "DIR", check = args.checks.nonempty,
     help = "add the custom phases in DIR/*.lua, each placed where it says (docs/phases.md)" },
 }
@@ -178,6 +186,7 @@ function M.apply_options(ctx, a)
     ssh_timeout = o.ssh_timeout,
     max_clock_skew = o.max_clock_skew,
     phases_dir = o.phases,
+    skip_phases = o.skip_phases,
   }
 end
 
@@ -258,7 +267,12 @@ local function consent(ctx, o)
 end
 
 local function run_pipeline(ctx, cluster, o)
-  local phases, err, detail = runner.load(M.pipeline)
+  local chosen, serr = runner.without(M.pipeline, o.skip_phases)
+  if not chosen then
+    ctx.stderr:write("cargoship apply: --skip-phases: ", serr, "\n")
+    return ctx.exit.usage
+  end
+  local phases, err, detail = runner.load(chosen)
   if not phases then
     if detail and detail.missing then
       ctx.stderr:write("cargoship: apply is not available in this build yet: ", err, "; nothing was done.\n")
@@ -268,7 +282,7 @@ local function run_pipeline(ctx, cluster, o)
   end
   -- custom phases load (and fail on a syntax error) before any host is touched
   local pipeline
-  phases, pipeline = custom.extend(phases, M.pipeline, { cluster = cluster, dir = o.phases_dir, log = ctx.log })
+  phases, pipeline = custom.extend(phases, chosen, { cluster = cluster, dir = o.phases_dir, log = ctx.log })
   if not phases then
     ctx.stderr:write("cargoship: ", pipeline, "\n")
     return ctx.exit.failure

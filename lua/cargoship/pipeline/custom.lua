@@ -477,7 +477,8 @@ function M.assemble(phases, pipeline, customs)
   if not ok then
     return nil, "the pipeline with custom phases breaks the phase contract:\n  " .. table.concat(list, "\n  ")
   end
-  return out, { name = pipeline.name, phases = entries, not_in_build = pipeline.not_in_build }
+  return out, { name = pipeline.name, phases = entries, not_in_build = pipeline.not_in_build,
+    skipped = pipeline.skipped }
 end
 
 -- Everything a command does before its first pass: load the run's custom phases and place

@@ -8,6 +8,7 @@
 --   ok = bool (no phase failed, not interrupted), pending = bool (dry run: work is pending),
 --   interrupted = bool, error = nil | string, elapsed = seconds,
 --   not_in_build = nil | {first = 14, last = 29, text = "phases 14-29 (...) are not in this build"},
+--   skipped = nil | { {number, id, title} }: the phases the operator left out (--skip-phases),
 --   phases = { {index, number, id, title, dry_run_policy = "read_only"|"own"|"reported",
 --       verdict = "ran"|"own"|"would_act"|"nothing_to_do"|"unassessed"|"failed"|"skipped"|"interrupted",
 --       elapsed, probes, writes, error = nil | string, summary = nil | string (the phase's own),
@@ -168,7 +169,8 @@ function M.stopped(plan, outcome, message)
   return {
     pipeline = plan.pipeline, dry_run = false, cluster = plan.cluster, run_id = nil, hosts = plan.hosts,
     outcome = outcome, ok = false, pending = false, interrupted = outcome == "interrupted",
-    error = message, elapsed = 0, not_in_build = plan.not_in_build, phases = phases, cleanup = {},
+    error = message, elapsed = 0, not_in_build = plan.not_in_build, skipped = plan.skipped, phases = phases,
+    cleanup = {},
     plan = plan, final = true,
   }
 end
@@ -362,16 +364,26 @@ function M.text(report, opts)
     report.cluster and string.format("%q", report.cluster) or "(unnamed)", plural(#report.hosts, "host"),
     report.pipeline or "a", plural(#report.phases, "phase"))
   local gap = report.not_in_build
+  local function skipped_between(lo, hi)
+    local names = {}
+    for _, s in ipairs(report.skipped or {}) do
+      if s.number > lo and s.number <= hi then names[#names + 1] = string.format("%d. %s", s.number, s.title) end
+    end
+    if #names > 0 then out[#out + 1] = "     skipped (--skip-phases): " .. table.concat(names, ", ") end
+  end
   for i, p in ipairs(report.phases) do
+    skipped_between(i == 1 and -1 or report.phases[i - 1].number, p.number)
     out[#out + 1] = string.format("%3d. %s: %s", p.number, p.title, verdict_words(p, report.dry_run))
     if p.summary then out[#out + 1] = "       " .. p.summary end
     if p.error then out[#out + 1] = "       error: " .. p.error end
     host_lines(out, p)
     local next_p = report.phases[i + 1]
-    if gap and next_p and p.number < gap.first and next_p.number > gap.last then
+    -- where the first missing number falls (the gap may have built phases inside it)
+    if gap and next_p and p.number < gap.first and next_p.number > gap.first then
       out[#out + 1] = "     " .. gap.text
     end
   end
+  if #report.phases > 0 then skipped_between(report.phases[#report.phases].number, math.huge) end
   for _, c in ipairs(report.cleanup or {}) do
     out[#out + 1] = string.format("Cleanup after %d. %s: %s", c.index and report.phases[c.index].number or 0,
       c.title, c.ok and "done" or ("FAILED: " .. tostring(c.error)))
@@ -439,6 +451,8 @@ local function json_doc(report)
     cleanup[i] = { index = c.index, id = c.id, title = c.title, ok = c.ok, error = or_null(c.error) }
   end
   local gap = report.not_in_build
+  local skipped = json.array({})
+  for i, sk in ipairs(report.skipped or {}) do skipped[i] = { number = sk.number, id = sk.id, title = sk.title } end
   return {
     schema = M.SCHEMA, pipeline = or_null(report.pipeline), dry_run = report.dry_run,
     cluster = or_null(report.cluster), run_id = or_null(report.run_id), hosts = strings(report.hosts),
@@ -446,6 +460,7 @@ local function json_doc(report)
     interrupted = report.interrupted and true or false, error = or_null(report.error),
     elapsed = seconds(report.elapsed),
     not_in_build = gap and { first = gap.first, last = gap.last, text = gap.text } or json.null,
+    skipped_phases = skipped,
     phases = phases, cleanup = cleanup,
     plan = report.plan and json_doc(report.plan) or json.null,
   }

@@ -51,6 +51,33 @@ function M.numbers(pipeline)
   return out
 end
 
+-- Phases an operator may leave out (--skip-phases): not the ones that connect, look, lock,
+-- unlock and disconnect (1-7, 30, 31), without which the others have no hosts to act on.
+M.REQUIRED = { [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true,
+  [30] = true, [31] = true }
+
+-- M.without(pipeline, numbers) -> a new pipeline without the phases of those spec numbers,
+-- its `skipped` listing them ({number, module}) | nil, message (a required or unknown number)
+function M.without(pipeline, numbers)
+  if not numbers or #numbers == 0 then return pipeline end
+  local drop, have = {}, {}
+  for _, entry in ipairs(pipeline.phases) do have[entry[1]] = true end
+  for _, n in ipairs(numbers) do
+    if M.REQUIRED[n] then
+      return nil, string.format("phase %d cannot be skipped (phases 1-7, 30 and 31 connect, check, lock, "
+        .. "unlock and disconnect)", n)
+    end
+    if not have[n] then return nil, string.format("the %s pipeline has no phase %d in this build",
+      tostring(pipeline.name), n) end
+    drop[n] = true
+  end
+  local out = { name = pipeline.name, not_in_build = pipeline.not_in_build, phases = {}, skipped = {} }
+  for _, entry in ipairs(pipeline.phases) do
+    table.insert(drop[entry[1]] and out.skipped or out.phases, entry)
+  end
+  return out
+end
+
 -- M.load(pipeline) -> phases | nil, message, {missing = {...}} | {problems = {...}}
 -- pipeline: a pipeline module (pipelines/apply.lua: phases = {{number, module name}, ...})
 -- or its name. Modules missing from the build are listed together (not a Lua "module not
@@ -534,6 +561,7 @@ local function new_report(ctx, phases, pipeline)
     phases = {},
     cleanup = {},
     not_in_build = pipeline and pipeline.not_in_build or nil,
+    skipped = M.skipped_of(pipeline),
   }
   for i, phase in ipairs(phases) do
     report.phases[i] = {
@@ -542,6 +570,17 @@ local function new_report(ctx, phases, pipeline)
     }
   end
   return report
+end
+
+-- The phases the operator left out, as {number, id, title}, for the report (nil: none).
+function M.skipped_of(pipeline)
+  if not (pipeline and pipeline.skipped and #pipeline.skipped > 0) then return nil end
+  local out = {}
+  for i, entry in ipairs(pipeline.skipped) do
+    local phase = type(entry[2]) == "table" and entry[2] or require(entry[2])
+    out[i] = { number = entry[1], id = phase.id, title = phase.title }
+  end
+  return out
 end
 
 local NO_PROGRESS = { start = function() end, hosts = function() end, finish = function() end,

@@ -109,6 +109,52 @@ describe("apply with a pipeline", function()
     assert.not_matches("phase 2/5", out, 1, true)
   end)
 
+  it("--skip-phases leaves phases out of both passes and lists them in the text and JSON reports", function()
+    apply.pipeline = fake_pipeline(seen)
+    local code, out = run({ "apply", "--dry-run", "--skip-phases", "7", "c.yaml" })
+    assert.are.equal(cli.EXIT.usage, code)
+    assert.are.equal("", out)
+    apply.pipeline = fake_pipeline(seen)
+    code, out = run({ "apply", "--confirm", "--skip-phases", "30", "c.yaml" })
+    assert.are.equal(cli.EXIT.usage, code)
+    assert.are.equal("", out)
+    -- a skippable number: the fake pipeline's gather is phase 3 (required); give it one to skip
+    local p = fake_pipeline(seen)
+    package.loaded["fake.apply.extra"] = { id = "extra", title = "An extra phase",
+      assess = function() return { "do extra" } end, run = function() seen[#seen + 1] = "extra ran" end }
+    table.insert(p.phases, 4, { 12, "fake.apply.extra" })
+    apply.pipeline = p
+    seen = {}
+    code, out = run({ "apply", "--confirm", "--skip-phases", "12", "c.yaml" })
+    package.loaded["fake.apply.extra"] = nil
+    assert.are.equal(0, code)
+    assert.is_nil(table.concat(seen, ","):find("extra", 1, true))
+    assert.matches("\n     skipped %(%-%-skip%-phases%): 12%. An extra phase\n", out)
+    apply.pipeline = fake_pipeline(seen)
+    local _, jout = run({ "apply", "--dry-run", "--output", "json", "c.yaml" })
+    assert.are.same({}, cjson.decode(jout).skipped_phases)
+  end)
+
+  it("--skip-phases takes numbers and ranges, and refuses what is not one", function()
+    local args = require "cargoship.cli.args"
+    assert.are.same({ 18, 19, 20, 22, 25 }, args.checks.number_list("25,18-20,22,19"))
+    assert.is_nil(args.checks.number_list("18-"))
+    assert.is_nil(args.checks.number_list("20-18"))
+    assert.is_nil(args.checks.number_list(""))
+    local runner = require "cargoship.pipeline.runner"
+    local real = require "cargoship.pipelines.apply"
+    local p = assert(runner.without(real, { 18, 19, 20, 21, 22 }))
+    assert.are.equal(#real.phases - 5, #p.phases)
+    assert.are.same({ 18, 19, 20, 21, 22 }, { p.skipped[1][1], p.skipped[2][1], p.skipped[3][1], p.skipped[4][1],
+      p.skipped[5][1] })
+    local none, why = runner.without(real, { 24 })
+    assert.is_nil(none)
+    assert.matches("no phase 24 in this build", why, 1, true)
+    none, why = runner.without(real, { 5 })
+    assert.is_nil(none)
+    assert.matches("phase 5 cannot be skipped", why, 1, true)
+  end)
+
   it("--dry-run exits 0 when nothing is pending", function()
     apply.pipeline = fake_pipeline(seen, { only_reads = true })
     local code, out = run({ "apply", "--dry-run", "c.yaml" })
@@ -222,8 +268,14 @@ describe("apply with a pipeline", function()
   it("--help says what is not in this build, what a dry run does, consent and exit codes", function()
     local code, out = support.run({ "apply", "--help" })
     assert.are.equal(0, code)
-    assert.matches("Phases 18-24 and 26-29 (importing images, configuring, starting\nand upgrading engines) "
-      .. "are not in this build", out, 1, true)
+    assert.matches("Phases 23-24 and 26-29 (upgrading engines, syncing config,\nkubeconfig, labels) are not in "
+      .. "this build", out, 1, true)
+    -- and those are exactly the numbers the pipeline lacks
+    local have, lacking = {}, {}
+    for _, entry in ipairs(require("cargoship.pipelines.apply").phases) do have[entry[1]] = true end
+    for n = 1, 31 do if not have[n] then lacking[#lacking + 1] = n end end
+    assert.are.same({ 23, 24, 26, 27, 28, 29 }, lacking)
+    assert.matches("--skip-phases LIST", out, 1, true)
     assert.matches("At most --concurrent-uploads hosts upload at once (default 8", out, 1, true)
     assert.matches("-F, --firewall", out, 1, true)
     assert.matches("(also --update-firewall)", out, 1, true)
