@@ -202,10 +202,20 @@ function Engine:label(n, labels)
   return self:kubectl(words)
 end
 
--- One word: quoting keeps the jsonpath's own quotes intact through the shell.
-local READY_PATH = [[jsonpath={.status.conditions[?(@.type=="Ready")].status}]]
+-- One word: quoting keeps the jsonpath's own quotes intact through the shell. The Ready
+-- condition's status and its last heartbeat: a node registered before (its old kubelet
+-- still counted Ready for the node controller's grace period) is Ready for this start only
+-- once its kubelet has posted a heartbeat newer than the one seen before the start.
+local READY_PATH = [[jsonpath={.status.conditions[?(@.type=="Ready")].status} ]]
+  .. [[{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}]]
 function Engine:ready_check(n) return self:kubectl { "get", "node", node_name(n), "-o", READY_PATH } end
-function Engine.parse_ready(_, out) return (out or ""):match("^%s*True%s*$") ~= nil end
+-- parse_ready(out, after) -> true when Ready is True and, given `after` (an RFC 3339 time
+-- in UTC, as the API prints them), the heartbeat is later than it.
+function Engine.parse_ready(_, out, after)
+  local status, beat = (out or ""):match("^%s*(%S+)%s*(%S*)%s*$")
+  if status ~= "True" then return false end
+  return after == nil or (beat ~= "" and beat > after)
+end
 
 -- A step the phase runs on the leader (kubectl), with its own sentence.
 function Engine.kubectl_step(_, name, n, cmd, say)

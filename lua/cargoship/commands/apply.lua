@@ -128,6 +128,9 @@ M.options = {
     help = "per host: give up connecting after DURATION" },
   { long = "max-clock-skew", value = "DURATION", check = args.checks.duration, default = 30,
     help = "fail hosts whose clock is further than DURATION from the median host clock" },
+  { long = "ready-timeout", value = "DURATION", check = args.checks.duration, default = 300,
+    help = "how long a started node may take to report Ready (through the leader's kubectl) before its "
+      .. "start fails with the service's recent log" },
   { long = "skip-phases", value = "LIST", check = args.checks.number_list,
     help = "leave out these phases of the pipeline (numbers and ranges: 18-22,25); the report lists them "
       .. "as skipped. Phases 1-7, 30 and 31 cannot be skipped" },
@@ -187,6 +190,7 @@ function M.apply_options(ctx, a)
     max_clock_skew = o.max_clock_skew,
     phases_dir = o.phases,
     skip_phases = o.skip_phases,
+    ready_timeout = o.ready_timeout,
   }
 end
 

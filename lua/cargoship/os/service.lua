@@ -43,7 +43,13 @@ local function runit(service_dir)
     elseif verb == "restart" then return shell.fmt("sv restart %s", path)
     elseif verb == "enable" then return shell.fmt("ln -sfn %s %s", "/etc/sv/" .. name, path)
     elseif verb == "disable" then return shell.fmt("rm -f -- %s", path)
-    elseif verb == "logs" then return shell.fmt("tail -n 50 %s", "/var/log/" .. name .. "/current")
+    elseif verb == "logs" then
+      -- the log directory is whatever the service's log/run hands svlogd (its last word);
+      -- else where distributions put it (Void /var/log/NAME, others /var/log/runit/NAME)
+      return shell.fmt("for f in \"$(sed -n 's#.*svlogd.*[[:space:]]\\(/[^[:space:]]*\\)[[:space:]]*$#\\1#p' %s "
+        .. "2>/dev/null | tail -n 1)/current\" %s %s %s; do [ -f \"$f\" ] && exec tail -n 50 \"$f\"; done; "
+        .. "echo no log found for %s", "/etc/sv/" .. name .. "/log/run", "/var/log/" .. name .. "/current",
+        "/var/log/runit/" .. name .. "/current", "/var/log/sv/" .. name .. "/current", name)
     elseif verb == "reload" then return "true" -- runsvdir rescans its directory every 5 s
     end
   end

@@ -58,15 +58,20 @@ M.steps = {}
 -- Polls the leader until the node is Ready; the leader itself may still be starting its API.
 function M.steps.wait_ready(ctx, _, a)
   local leader = ctx.leader
-  local deadline = loop.now() + (a.timeout or M.READY_TIMEOUT)
+  local limit = a.timeout or (ctx.options and ctx.options.ready_timeout) or M.READY_TIMEOUT
+  local deadline = loop.now() + limit
   while true do
     local out, err, code = leader:probe(a.cmd, { timeout = 30 })
-    if out and code == 0 and ctx.engine:parse_ready(out) then return true end
+    if out and code == 0 and ctx.engine:parse_ready(out, a.after) then return true end
     local last = out and (code == 0 and ("Ready is " .. (out:match("%S+") or "unknown")) or (err ~= "" and err or out))
       or tostring(err)
+    if out and code == 0 and a.after and ctx.engine:parse_ready(out) then
+      last = "no heartbeat from its kubelet since the start (the last was " .. (out:match("%S+%s+(%S+)") or "?")
+        .. "; before the start: " .. a.after .. ")"
+    end
     if loop.now() >= deadline then
       return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
-        a.timeout or M.READY_TIMEOUT, leader.name, (tostring(last):gsub("%s+$", "")))
+        limit, leader.name, (tostring(last):gsub("%s+$", "")))
     end
     loop.sleep(M.READY_INTERVAL)
   end

@@ -26,9 +26,16 @@ end
 
 local function is_leader(ctx, host) return ctx.leader == host end
 
+-- The heartbeat of this host's node as phase 6 listed it, when the cluster knows it already.
+local function old_heartbeat(ctx, host)
+  for _, n in ipairs(ctx.nodes or {}) do
+    if n.host == host then return n.heartbeat end
+  end
+end
+
 local function records(ctx, host)
+  local out = setmetatable({}, { __index = { after = old_heartbeat(ctx, host) } })
   local eng, node = ctx.engine, common.node(host)
-  local out = {}
   local e = host.facts.engine or {}
   if e.action ~= "same" then
     out[#out + 1] = action.step { name = "install_engine", say = "install " .. eng.name .. " " .. eng.version
@@ -55,7 +62,10 @@ local function records(ctx, host)
     if enable then out[#out + 1] = enable end
     for _, a in ipairs(rest) do out[#out + 1] = a end
   end
-  return out
+  for _, a in ipairs(out) do
+    if a.kind == "step" and a.name == "wait_ready" then a.after = out.after end
+  end
+  return setmetatable(out, nil)
 end
 
 local steps = require "cargoship.phases.initialize_steps"

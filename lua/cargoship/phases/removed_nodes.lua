@@ -29,7 +29,8 @@ function M.prepare(ctx)
   return {}
 end
 
--- `kubectl get nodes -o json` -> list of {name, addresses, role} | nil, why. Pure.
+-- `kubectl get nodes -o json` -> list of {name, addresses, role, ready = "True"|"False"|
+-- "Unknown"|nil, heartbeat = the Ready condition's lastHeartbeatTime} | nil, why. Pure.
 function M.parse_nodes(text)
   local ok, doc = pcall(cjson.decode, text or "")
   if not ok or type(doc) ~= "table" or type(doc.items) ~= "table" then
@@ -39,6 +40,12 @@ function M.parse_nodes(text)
   for _, item in ipairs(doc.items) do
     local md, st = item.metadata or {}, item.status or {}
     local n = { name = md.name, addresses = {}, role = "worker" }
+    for _, c in ipairs(type(st.conditions) == "table" and st.conditions or {}) do
+      if type(c) == "table" and c.type == "Ready" then
+        n.ready = c.status
+        n.heartbeat = type(c.lastHeartbeatTime) == "string" and c.lastHeartbeatTime or nil
+      end
+    end
     for _, a in ipairs(type(st.addresses) == "table" and st.addresses or {}) do
       if type(a.address) == "string" then n.addresses[#n.addresses + 1] = a.address end
     end

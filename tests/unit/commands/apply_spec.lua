@@ -52,7 +52,7 @@ describe("apply", function()
       values = { "a.yaml", "b.yaml" }, log_file = "/tmp/run.log",
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
       max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8,
-      update_kubeconfig = false, label_nodes = false,
+      update_kubeconfig = false, label_nodes = false, ready_timeout = 300,
     }, apply.apply_options(ctx_with_log("/tmp/run.log"), a))
   end)
 
@@ -62,7 +62,7 @@ describe("apply", function()
       update_firewall = false, update_hosts = false, fapolicyd = false, allow_unmanaged_nodes = false, values = {},
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
       max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8,
-      update_kubeconfig = false, label_nodes = false,
+      update_kubeconfig = false, label_nodes = false, ready_timeout = 300,
     }, apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml" })))
   end)
 

@@ -208,14 +208,20 @@ describe("engine kubectl verbs (run on the leader)", function()
 
   it("check Ready with a jsonpath that survives the shell", function()
     local cmd = rke2:ready_check("cp1")
-    assert.matches("'jsonpath={.status.conditions[?(@.type==\"Ready\")].status}'", cmd, 1, true)
+    local word = [['jsonpath={.status.conditions[?(@.type=="Ready")].status} ]]
+      .. [[{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}']]
+    assert.matches(word, cmd, 1, true)
     local p = io.popen("printf '%s\\n' " .. cmd:match("('jsonpath=[^']*')"))
-    assert.equal('jsonpath={.status.conditions[?(@.type=="Ready")].status}\n', p:read("a"))
+    assert.equal(word:sub(2, -2) .. "\n", p:read("a"))
     p:close()
     assert.is_true(rke2:parse_ready("True"))
-    assert.is_true(rke2:parse_ready("True\n"))
-    assert.is_false(rke2:parse_ready("False"))
+    assert.is_true(rke2:parse_ready("True 2026-12-01T10:00:00Z\n"))
+    assert.is_false(rke2:parse_ready("False 2026-12-01T10:00:00Z"))
     assert.is_false(rke2:parse_ready(""))
+    -- a node seen before the start: only a later heartbeat counts
+    assert.is_false(rke2:parse_ready("True 2026-12-01T10:00:00Z", "2026-12-01T10:00:00Z"))
+    assert.is_false(rke2:parse_ready("True", "2026-12-01T10:00:00Z"))
+    assert.is_true(rke2:parse_ready("True 2026-12-01T10:00:07Z", "2026-12-01T10:00:00Z"))
   end)
 end)
 

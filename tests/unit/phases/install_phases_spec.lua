@@ -171,6 +171,33 @@ describe("Initialize Controller", function()
     assert.matches("through cp1's kubectl: Ready is False", err, 1, true)
   end)
 
+  it("a node the cluster knew before is Ready for this start only after a newer heartbeat", function()
+    -- a wrong token: the old registration stays Ready for the grace period, its heartbeat old
+    local beats = { "True 2026-12-01T10:00:00Z", "True 2026-12-01T10:00:00Z", "True 2026-12-01T10:00:09Z" }
+    local asked = 0
+    local cp1 = host("cp1", "controller", { { "'get' 'node'", fn = function()
+      asked = asked + 1
+      return beats[math.min(asked, #beats)], 0
+    end } }, { staged = STAGED })
+    local ctx = context({ cp1 })
+    ctx.leader = cp1
+    ctx.nodes = { { name = "cp1", host = cp1, ready = "True", heartbeat = "2026-12-01T10:00:00Z" } }
+    assert.is_true(run(function() return drive(phase, ctx) end))
+    assert.equal(3, asked)
+    -- never newer: fails, saying why
+    asked, beats = 0, { "True 2026-12-01T10:00:00Z" }
+    local saved = common.READY_TIMEOUT
+    common.READY_TIMEOUT = 0.05
+    local cp1b = host("cp1", "controller", { { "'get' 'node'", "True 2026-12-01T10:00:00Z", 0 } }, { staged = STAGED })
+    ctx = context({ cp1b })
+    ctx.leader = cp1b
+    ctx.nodes = { { name = "cp1", host = cp1b, ready = "True", heartbeat = "2026-12-01T10:00:00Z" } }
+    local ok, err = run(function() return drive(phase, ctx) end)
+    common.READY_TIMEOUT = saved
+    assert.is_nil(ok)
+    assert.matches("no heartbeat from its kubelet since the start", err, 1, true)
+  end)
+
   it("a running controller has nothing to do", function()
     local cp1 = host("cp1", "controller", {}, { running = true, action = "same" })
     local ctx = context({ cp1 })

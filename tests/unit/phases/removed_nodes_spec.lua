@@ -47,8 +47,10 @@ describe("phase removed_nodes", function()
   it("parses a real node list with roles", function()
     local nodes = phase.parse_nodes(NODES)
     assert.equal(6, #nodes)
-    assert.same({ name = "cp1", addresses = { "10.250.0.11", "cp1" }, role = "controller" }, nodes[1])
-    assert.same({ name = "w2", addresses = { "10.250.0.22", "fd00:250::22", "w2" }, role = "worker" }, nodes[4])
+    assert.same({ name = "cp1", addresses = { "10.250.0.11", "cp1" }, role = "controller", ready = "True",
+      heartbeat = "2025-11-03T10:01:12Z" }, nodes[1])
+    assert.same({ name = "w2", addresses = { "10.250.0.22", "fd00:250::22", "w2" }, role = "worker", ready = "True",
+      heartbeat = "2025-11-03T10:01:12Z" }, nodes[4])
     assert.equal("controller", nodes[5].role)
   end)
 
