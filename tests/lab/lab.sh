@@ -18,6 +18,7 @@
 # Usage:
 #   lab.sh up N           hosts h1..hN (1..200); declarative and idempotent
 #   lab.sh down           remove every host, the lab netns, cgroups, state
+#   lab.sh reset I...     recreate hosts hI... as new (same flavour, new host key)
 #   lab.sh status         one line for the lab, one per host
 #   lab.sh exec CMD...    run CMD inside the lab network namespace
 #   lab.sh ssh I CMD...   OpenSSH to host hI from inside the lab
@@ -603,6 +604,39 @@ raise_inotify() {
   sysctl -qw fs.inotify.max_user_instances=8192
 }
 
+# Creates hosts ${todo[@]} of flavour ${fl[i]} and waits until hosts 1..$n all answer
+# (bash's dynamic scope: the caller's locals n, fl and todo).
+start_hosts() {
+  local i p ips states h init bad="" seeding=()
+  # seed in parallel (ssh-keygen dominates), wire all at once, then start
+  # all (each host addresses its own eth0 while it boots)
+  # shellcheck disable=SC2086  # fl[i] is "OS INIT [FIREWALLD]"
+  for i in "${todo[@]}"; do host_seed "$i" ${fl[i]} & seeding+=($!); done
+  for p in "${seeding[@]}"; do wait "$p" || die "preparing a host's upper dir failed"; done
+  [ ${#todo[@]} = 0 ] || hosts_wire "${todo[@]}"
+  for i in "${todo[@]}"; do read -r _ init _ <<<"${fl[i]}"; host_start "$i" "$init"; done
+  write_files "$n"
+  # Wait from inside the lab until every sshd accepts connections; a host
+  # whose unshare died meanwhile (e.g. a mount failed in _init) is reported
+  # at once instead of after the timeout (/proc is the machine's in the lab).
+  ips=$(for i in $(seq 1 "$n"); do echo "h$i:$NET.$((10 + i)):$(unshare_pid "$i")"; done | tr '\n' ' ')
+  in_lab timeout 60 bash -c 'for x in '"$ips"'; do IFS=: read -r h ip p <<<"$x"
+      until (exec 3<>"/dev/tcp/$ip/22") 2>/dev/null; do
+        [ -e "/proc/$p" ] || { echo "$h died while booting" >&2; exit 1; }; sleep 0.05; done; done' \
+    || die "sshd did not come up within 60 s; see $STATE/hosts/hN/console.log"
+  # systemd hosts: wait (bounded) until boot finished, so tests can start at
+  # once. nsenter into the host's mount+pid ns: no ssh handshake needed.
+  states=$(for i in $(seq 1 "$n"); do
+      [[ ${fl[i]} == *" systemd"* ]] || continue
+      p=$(pid1 "$i") || { echo "h$i:dead"; continue; }
+      ( ready=$(timeout 60 nsenter -t "$p" -m -p env -i PATH=/usr/bin:/bin \
+          systemctl is-system-running --wait 2>/dev/null) || true
+        echo "h$i:${ready:-timeout}" ) &
+    done; wait)
+  for h in $states; do [[ $h == *:running || $h == *:degraded ]] || bad+=" $h"; done
+  [ -z "$bad" ] || die "systemd hosts not running after 60 s:$bad (see lab.sh ssh I systemctl --failed)"
+}
+
 cmd_up() {
   local n=${1:-} i h k os init t0=$EPOCHREALTIME fl=() need=() cur ready p states bad="" ips
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "usage: lab.sh up N (N = 1..200)"
@@ -659,35 +693,21 @@ cmd_up() {
     todo+=("$i")
     host_down "$i"   # clear leftovers of a crashed or wrong-flavour host
   done
-  # seed in parallel (ssh-keygen dominates), wire all at once, then start
-  # all (each host addresses its own eth0 while it boots)
-  # shellcheck disable=SC2086  # fl[i] is "OS INIT [FIREWALLD]"
-  local seeding=()
-  for i in "${todo[@]}"; do host_seed "$i" ${fl[i]} & seeding+=($!); done
-  for p in "${seeding[@]}"; do wait "$p" || die "preparing a host's upper dir failed"; done
-  [ ${#todo[@]} = 0 ] || hosts_wire "${todo[@]}"
-  for i in "${todo[@]}"; do read -r _ init _ <<<"${fl[i]}"; host_start "$i" "$init"; done
-  write_files "$n"
-  # Wait from inside the lab until every sshd accepts connections; a host
-  # whose unshare died meanwhile (e.g. a mount failed in _init) is reported
-  # at once instead of after the timeout (/proc is the machine's in the lab).
-  ips=$(for i in $(seq 1 "$n"); do echo "h$i:$NET.$((10 + i)):$(unshare_pid "$i")"; done | tr '\n' ' ')
-  in_lab timeout 60 bash -c 'for x in '"$ips"'; do IFS=: read -r h ip p <<<"$x"
-      until (exec 3<>"/dev/tcp/$ip/22") 2>/dev/null; do
-        [ -e "/proc/$p" ] || { echo "$h died while booting" >&2; exit 1; }; sleep 0.05; done; done' \
-    || die "sshd did not come up within 60 s; see $STATE/hosts/hN/console.log"
-  # systemd hosts: wait (bounded) until boot finished, so tests can start at
-  # once. nsenter into the host's mount+pid ns: no ssh handshake needed.
-  states=$(for i in $(seq 1 "$n"); do
-      [[ ${fl[i]} == *" systemd"* ]] || continue
-      p=$(pid1 "$i") || { echo "h$i:dead"; continue; }
-      ( ready=$(timeout 60 nsenter -t "$p" -m -p env -i PATH=/usr/bin:/bin \
-          systemctl is-system-running --wait 2>/dev/null) || true
-        echo "h$i:${ready:-timeout}" ) &
-    done; wait)
-  for h in $states; do [[ $h == *:running || $h == *:degraded ]] || bad+=" $h"; done
-  [ -z "$bad" ] || die "systemd hosts not running after 60 s:$bad (see lab.sh ssh I systemctl --failed)"
+  start_hosts
   log "$n host(s) up in $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s ($(printf '%s\n' "${fl[@]}" | sort | uniq -c | awk '{printf "%s%d %s/%s", (NR > 1 ? ", " : ""), $1, $2, $3}')); files in $STATE; clients: $SELF exec ..."
+}
+
+cmd_reset() {  # I...: those hosts recreated from the images, as new (flavour kept; new host key)
+  local n i fl=() todo=()
+  [ $# -gt 0 ] || die "usage: lab.sh reset I..."
+  for i in "$@"; do need_host "$i"; done
+  lock
+  n=$(hosts | wc -l)
+  for i in $(seq 1 "$n"); do fl[i]=$(<"$H/h$i/flavour"); done
+  SELINUX_LAYER=$(selinux_layer)
+  for i in "$@"; do host_down "$i"; todo+=("$i"); done
+  start_hosts
+  log "reset ${todo[*]/#/h}"
 }
 
 cmd_down() {
@@ -768,6 +788,7 @@ cmd=${1:-}; shift || true
 case $cmd in
   up) cmd_up "$@" ;;
   down) cmd_down ;;
+  reset) cmd_reset "$@" ;;
   purge) cmd_purge ;;
   status) cmd_status ;;
   exec) [ $# -gt 0 ] || usage; [ -e "/run/netns/$LABNS" ] || die "lab is down"; in_lab "$@" ;;
