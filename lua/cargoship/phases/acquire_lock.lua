@@ -19,6 +19,7 @@ M.title = "Acquire exclusive host lock"
 -- dry_run stays unset: reported, not run. A dry run takes no lock, so it blocks no real run.
 M.reads = {}
 M.creates = { "lock" }
+M.around = true  -- taken only for the other phases' work: alone, it is not pending work
 
 local function getenv(ctx)
   if type(ctx.env) == "function" then return ctx.env end

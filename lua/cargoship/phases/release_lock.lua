@@ -15,6 +15,7 @@ M.title = "Release exclusive host lock"
 -- dry_run stays unset: reported, not run (a dry run held no lock).
 M.reads = {}
 M.creates = {}
+M.around = true  -- released only after the other phases' work: alone, it is not pending work
 
 function M.prepare(ctx)
   if ctx.dry_run then return ctx.hosts end

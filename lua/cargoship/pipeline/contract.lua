@@ -19,6 +19,9 @@
 --                       returns nil, err (a string or the failure list ctx:each returns) to fail.
 --   steps               {name = function(ctx, host, action) -> true | "skipped" | nil, err}:
 --                       what the phase's step records do (drain, wait for Ready, take a lock)
+--   around = true       the phase only serves the others (the host lock and its release): its
+--                       pending work alone does not make a dry run "pending", since a real
+--                       run with nothing else to do stops at the plan and takes no lock.
 --   cleanup(ctx)        optional; runs, in reverse order, for every phase whose run started,
 --                       when a later phase fails or the run is cancelled.
 -- The own dry-run path is the function in `dry_run` itself: one field cannot be both the
@@ -30,7 +33,7 @@ M.READ_ONLY, M.OWN, M.REPORTED = "read_only", "own", "reported"
 
 local FUNCTIONS = { "prepare", "assess", "run", "cleanup" }
 local KNOWN = { id = true, title = true, dry_run = true, reads = true, creates = true,
-  prepare = true, assess = true, run = true, cleanup = true, steps = true }
+  prepare = true, assess = true, run = true, cleanup = true, steps = true, around = true }
 
 -- The dry-run policy of a well-formed phase: "read_only", "own" or "reported".
 function M.policy(phase)

@@ -137,12 +137,13 @@ function M.finalize(report, info)
     p.by_host, p.unassessed, p.failed = nil, nil, nil
     for _, h in ipairs(p.hosts) do
       h._pos, h._host = nil, nil
-      if h.reason then pending = true end
+      if h.reason and not p.around then pending = true end
       M.public_actions(h)
     end
     if p.verdict == "failed" and not failed then failed = p end
     if p.verdict == "interrupted" then interrupted = true end
-    if PENDING[p.verdict] then pending = true end
+    -- the lock alone is no work: a real run with nothing else to do takes none
+    if PENDING[p.verdict] and not p.around then pending = true end
   end
   if not info.completed and not failed then interrupted = true end
   if interrupted then report.outcome = "interrupted"
@@ -345,7 +346,14 @@ local function footer(report, heading)
     end
     return string.format("Work is pending: %s would act, %d unassessed.%s", plural(act, "phase"), un, changed)
   elseif o == "ok" then
-    if report.dry_run then return "Nothing to do." .. changed end
+    if report.dry_run then
+      for _, p in ipairs(report.phases) do
+        if p.around and p.verdict == "would_act" then
+          return "Nothing to do (no phase needs the host lock, so a real run takes none)." .. changed
+        end
+      end
+      return "Nothing to do." .. changed
+    end
     return "Applied: every phase finished."
   elseif o == "interrupted" then
     return "Interrupted." .. (report.dry_run and changed or "")

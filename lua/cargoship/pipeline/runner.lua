@@ -566,7 +566,7 @@ local function new_report(ctx, phases, pipeline)
   for i, phase in ipairs(phases) do
     report.phases[i] = {
       index = i, number = numbers and numbers[i] or i, id = phase.id, title = phase.title,
-      dry_run_policy = contract.policy(phase), verdict = "skipped", hosts = {},
+      dry_run_policy = contract.policy(phase), verdict = "skipped", hosts = {}, around = phase.around or nil,
     }
   end
   return report
