@@ -1,7 +1,8 @@
 -- cargoship.phases.engine_common: what phases 18-22 share: who has work, the node views, waiting for Ready, batches.
 --
--- settled(host, ctx): the node runs the package's version (distro_facts found its service
--- running and judged "same"): it has nothing to do in any install phase.
+-- settled(host): the node runs the package's version (distro_facts found its service
+-- running and judged "same") and has joined (phase 6 found its node, or listed none): it
+-- has nothing to do in any install phase. up(host): running and joined, whatever version.
 -- staged(host): the engine files the upload phases staged on the host (host.facts.staged,
 -- distros.engine's `staged` shape), nil when none were.
 -- steps: wait_ready (polls the leader's kubectl until the node is Ready) and leader_cmd
@@ -19,7 +20,13 @@ M.RETRY_INTERVAL = 3
 
 function M.settled(host)
   local e = host.facts and host.facts.engine
-  return e ~= nil and e.running == true and e.action == "same"
+  return e ~= nil and e.running == true and e.joined ~= false and e.action == "same"
+end
+
+-- The engine service runs and its node is in the cluster (or no cluster could be listed).
+function M.up(host)
+  local e = host.facts and host.facts.engine
+  return e ~= nil and e.running == true and e.joined ~= false
 end
 
 function M.staged(host)

@@ -18,10 +18,9 @@ local M = {}
 
 local START_TIMEOUT = 600
 
+-- A node of the role whose service is not running, or runs without having joined.
 local function has_work(host, role)
-  if host.role ~= role then return false end
-  local e = host.facts and host.facts.engine
-  return not (e and e.running)
+  return host.role == role and not common.up(host)
 end
 
 local function is_leader(ctx, host) return ctx.leader == host end
@@ -56,8 +55,11 @@ local function records(ctx, host)
     local acts = eng:start(node, common.cluster(ctx))
     local enable, rest = nil, {}
     for _, a in ipairs(acts) do
+      if a.kind == "service" and a.verb == "start" then
+        -- running but not joined (a refused token, say): its new config needs a restart
+        a = action.service { verb = e.running and "restart" or "start", service = a.service, timeout = START_TIMEOUT }
+      end
       if a.kind == "service" and a.verb == "enable" then enable = a else rest[#rest + 1] = a end
-      if a.kind == "service" and a.verb == "start" then a.timeout = START_TIMEOUT end
     end
     if enable then out[#out + 1] = enable end
     for _, a in ipairs(rest) do out[#out + 1] = a end

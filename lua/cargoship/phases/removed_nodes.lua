@@ -7,8 +7,9 @@
 -- to list them only warns. Matching is generous and case-insensitive: node name or any
 -- node address against each host's hostname, FQDN, node name, private and connection
 -- addresses, and every global address the host has.
--- Stores ctx.nodes (name, addresses, role, host) and host.facts.node (the matched
--- node's name: the one name drain/uncordon must use). run returns {summary = "..."}.
+-- Stores ctx.nodes (name, addresses, role, host), host.facts.node (the matched node's
+-- name: the one name drain/uncordon must use) and host.facts.engine.joined (false for a
+-- host whose engine service runs but has no node in the cluster). run returns {summary = "..."}.
 local cjson = require "cjson"
 local engine = require "distros.engine"
 local network = require "cargoship.os.network"
@@ -132,6 +133,12 @@ function M.run(ctx, hosts)
   end
   local unmanaged = M.match(listed, ctx.hosts)
   ctx.nodes = listed
+  -- a host whose service runs without a node in the cluster (a join refused, say) has not
+  -- joined: the install phases configure and restart it (engine_common.settled)
+  for _, h in ipairs(ctx.hosts) do
+    local fact = h.facts and h.facts.engine
+    if fact and fact.running then fact.joined = h.facts.node ~= nil end
+  end
   if #unmanaged == 0 then
     local summary = string.format("all %d nodes are in the config", #listed)
     ctx.log:info("%s", summary)

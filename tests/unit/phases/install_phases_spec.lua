@@ -45,7 +45,7 @@ local function host(name, role, rules, o)
   h:attach(conn(name, rules or {}))
   h.os = os_registry.by_name("debian"):new { service_manager = "systemd" }
   h.facts = { node_name = name, hostname = name, private_address = o.address or "10.253.11.1",
-              engine = { running = o.running or false, action = o.action or "install" },
+              engine = { running = o.running or false, action = o.action or "install", joined = o.joined },
               staged = o.staged }
   return h
 end
@@ -196,6 +196,17 @@ describe("Initialize Controller", function()
     common.READY_TIMEOUT = saved
     assert.is_nil(ok)
     assert.matches("no heartbeat from its kubelet since the start", err, 1, true)
+  end)
+
+  it("a controller whose service runs but never joined is configured and restarted", function()
+    local cp1 = host("cp1", "controller", { { "'get' 'node'", "True 2026-12-01T10:00:09Z", 0 } },
+      { running = true, joined = false, action = "same" })
+    local ctx = context({ cp1 })
+    ctx.leader = cp1
+    assert.is_true(run(function() return drive(phase, ctx) end))
+    assert.same({ "cp1: systemctl restart 'k3s-server'" }, grep("systemctl restart"))
+    assert.same({}, grep("systemctl start"))
+    assert.is_false(common.settled(cp1))
   end)
 
   it("a running controller has nothing to do", function()

@@ -1,0 +1,312 @@
+-- Integration spec on the lab: apply installs rke2, k3s and upstream clusters from nothing (lab-distros packages).
+--
+-- Issue 11 "Done when", per engine, with the stand-in engines (tests/lab/standin) shipped
+-- as distro packages (contrib/lab-distros, built by the `lab-distros` target):
+-- - 1 controller + 2 workers, mixed Debian and Rocky-flavoured, systemd and runit: from
+--   nothing every node is Ready at the package's version through the leader's kubectl;
+--   the dry run's plan is what the run did, action by action;
+-- - converged: the dry run exits 0 with nothing pending and the real run changes no byte
+--   (overlay upper dirs; the engine's own datastore aside, it changes while it runs);
+-- - a worker added to the cluster file is the only host the dry run has work for, and the
+--   run joins it without restarting the others;
+-- - 3 controllers come up, joined one at a time after the leader.
+-- Failures (k3s): a wrong join token, a server that fails to start and a worker whose
+-- controller it cannot reach fail naming the host and the cause; a re-run after the fix
+-- converges.
+-- Hosts come from the top of the lab (other specs use the bottom) and are reset (lab.sh
+-- reset: recreated as new) before each cluster and after the spec.
+local cjson = require "cjson"
+local util = require "cargoship.util"
+local lab = require "integration.lab"
+local run = require "integration.apply_run"
+
+local q = util.quote
+local build = os.getenv("CARGOSHIP_BUILD_DIR") or (lab.src .. "/build")
+
+-- The lab's top ten hosts, by flavour: {os/init = {index, ...}}
+local HOSTS = lab.hosts()
+local function pick(used, os_name, init)
+  for i = #HOSTS, math.max(1, #HOSTS - 11), -1 do
+    local h = HOSTS[i]
+    if not used[i] and h.os == os_name and h.init == init then
+      used[i] = true
+      return i
+    end
+  end
+  error("the lab's top hosts have no free " .. os_name .. "/" .. init .. " host (have " .. #HOSTS .. ")")
+end
+local used = {}
+-- 1 + 2 mixed: a Debian/systemd controller, a Debian/runit and a Rocky/runit worker; the
+-- added worker Rocky/systemd (firewalld running: -F opens it to the cluster)
+local SMALL = { pick(used, "debian", "systemd"), pick(used, "debian", "runit"), pick(used, "rocky", "runit") }
+local ADDED = pick(used, "rocky", "systemd")
+local HA = { pick(used, "debian", "systemd"), pick(used, "rocky", "systemd"), pick(used, "debian", "runit") }
+local ALL = { table.unpack(SMALL) }
+ALL[#ALL + 1] = ADDED
+for _, i in ipairs(HA) do ALL[#ALL + 1] = i end
+
+local function package_of(engine)
+  local path = build .. "/lab-distros/" .. engine .. ".tar.zst"
+  assert(io.open(path), path .. " is missing: build the lab-distros target (cmake --build build -t lab-distros)")
+  return path
+end
+
+local function reset(list)
+  local words = {}
+  for i, n in ipairs(list) do words[i] = tostring(n) end
+  local code, out = lab.lab("reset " .. table.concat(words, " "))
+  assert(code == 0, "lab.sh reset: " .. out)
+end
+
+-- cluster.yaml for roles {{index, "controller"|"worker"}, ...}; the first is the leader
+local function cluster(work, name, roles)
+  local lines = { "apiVersion: zarf.dev/v1alpha1", "kind: ZarfCluster", "metadata:", "  name: " .. name,
+    "spec:", "  config:", "    loadbalancer: " .. HOSTS[roles[1][1]].address, "  hosts:" }
+  for _, r in ipairs(roles) do
+    lines[#lines + 1] = string.format("    - role: %s\n      ssh:\n        address: %s\n"
+      .. "        user: root\n        keyPath: %s\n        options: {UserKnownHostsFile: %s}",
+      r[2], HOSTS[r[1]].address, lab.key, lab.known_hosts)
+  end
+  lab.write(work .. "/cluster.yaml", table.concat(lines, "\n") .. "\n")
+end
+
+local function roles_of(controllers, workers)
+  local out = {}
+  for _, i in ipairs(controllers) do out[#out + 1] = { i, "controller" } end
+  for _, i in ipairs(workers) do out[#out + 1] = { i, "worker" } end
+  return out
+end
+
+-- The cluster's nodes through the leader's own kubectl (the engine configurer's command).
+local function nodes(engine, leader)
+  local eng = assert(require("distros.engine").load(engine))
+  local code, out = run.ssh(leader, eng:get_nodes())
+  assert(code == 0, "kubectl get nodes on h" .. leader .. ": " .. out)
+  local list = {}
+  for _, item in ipairs(cjson.decode(out).items) do
+    local ready
+    for _, c in ipairs(item.status.conditions or {}) do
+      if c.type == "Ready" then ready = c.status end
+    end
+    list[item.metadata.name] = { ready = ready, version = item.status.nodeInfo.kubeletVersion,
+      created = item.metadata.creationTimestamp }
+  end
+  return list
+end
+
+local function assert_ready(engine, leader, members, version)
+  local list = nodes(engine, leader)
+  local names = {}
+  for name in pairs(list) do names[#names + 1] = name end
+  table.sort(names)
+  local want = {}
+  for _, i in ipairs(members) do want[#want + 1] = HOSTS[i].name end
+  table.sort(want)
+  assert.are.same(want, names, "the cluster's nodes")
+  for name, n in pairs(list) do
+    assert.are.equal("True", n.ready, name .. " Ready")
+    assert.are.equal(version, n.version, name .. "'s kubelet version")
+  end
+  return list
+end
+
+-- The engine's own datastore changes while it runs (kine/etcd; the stand-in's state file).
+local IGNORE = { "^/var/lib/rancher/[%w]+/server/db", "^/var/lib/etcd/", "^/var/log/" }
+for _, p in ipairs(run.IGNORE) do IGNORE[#IGNORE + 1] = p end
+local function uppers(list)
+  local s = {}
+  for _, i in ipairs(list) do s[i] = lab.upper_tree(i, IGNORE) end
+  return s
+end
+
+-- The engine's processes on host i ("pid start-time args" lines): the same after a run
+-- means the run restarted nothing there.
+local function engine_processes(i)
+  local _, out = run.ssh(i, "ps -eo pid=,lstart=,args= | grep -E '(rke2|k3s) (server|agent)|kubelet' "
+    .. "| grep -v grep | sort")
+  return out
+end
+
+-- Hosts with actions in a report's phases that are neither read-only nor around the others.
+local function hosts_with_work(doc)
+  local set = {}
+  for _, p in ipairs(doc.phases) do
+    if p.dry_run_policy == "reported" and p.id ~= "acquire_lock" and p.id ~= "release_lock" then
+      for _, h in ipairs(p.hosts) do
+        if #h.actions > 0 or h.reason ~= cjson.null then set[h.host] = true end
+      end
+    end
+  end
+  local list = {}
+  for h in pairs(set) do list[#list + 1] = h end
+  table.sort(list)
+  return list
+end
+
+-- What a from-nothing plan cannot assess: it reads files the uploads and configure write.
+local UNASSESSED = { initialize_controller = true, initialize_worker = true, install_staged = true }
+
+local function assert_plan_is_run(r)
+  assert.are.equal(0, r.code, r.stderr)
+  assert.is_table(r.doc.plan, "the run carries its plan")
+  run.compare(r.doc.plan, r.doc, nil, UNASSESSED)
+  for _, p in ipairs(r.doc.phases) do
+    for _, h in ipairs(p.hosts) do
+      for _, a in ipairs(h.actions) do
+        assert(a.outcome == "done" or a.outcome == "skipped", p.id .. " on " .. h.host .. ": " .. a.say .. " "
+          .. tostring(a.outcome) .. " " .. tostring(a.error))
+      end
+    end
+  end
+end
+
+local function version_of(pkg)
+  local code, out = lab.sh(q(lab.bin) .. " package inspect --output json " .. q(pkg))
+  assert(code == 0, out)
+  return cjson.decode(out).version
+end
+
+-- kubelet's "v1.35.2+k3s1" for the package's "1.35.2-k3s1" (engines.md §1)
+local function kubelet_version(v) return "v" .. v:gsub("%-(%a)", "+%1") end
+
+local ARGS = " -F --ready-timeout 60"
+
+for _, engine in ipairs { "k3s", "rke2", "upstream" } do
+  describe("apply installs " .. engine, function()
+    local work, pkg, version
+    setup(function()
+      pkg = package_of(engine)
+      version = kubelet_version(version_of(pkg))
+      work = run.work()
+      reset(ALL)
+    end)
+    teardown(function() os.execute("rm -rf " .. q(work)) end)
+    local function apply(args) return run.apply(work, args .. ARGS .. " --distro " .. q(pkg)) end
+
+    it("1 controller + 2 workers from nothing: every node Ready at the package version; the plan is what ran",
+      function()
+        cluster(work, engine .. "-small", roles_of({ SMALL[1] }, { SMALL[2], SMALL[3] }))
+        local plan = apply("--dry-run")
+        assert.are.equal(3, plan.code, plan.stderr)
+        local r = apply("--confirm")
+        assert_plan_is_run(r)
+        assert_ready(engine, SMALL[1], SMALL, version)
+      end)
+
+    it("converged: the dry run has nothing pending and the real run changes no byte", function()
+      local dry = apply("--dry-run")
+      assert.are.equal(0, dry.code, dry.stdout .. dry.stderr)
+      assert.are.same({}, hosts_with_work(dry.doc))
+      local before = uppers(SMALL)
+      local r = apply("--confirm")
+      assert.are.equal(0, r.code, r.stderr)
+      local after = uppers(SMALL)
+      for _, i in ipairs(SMALL) do
+        assert.are.same({}, lab.snapshot_diff(before[i], after[i]), "h" .. i .. "'s upper dir")
+      end
+    end)
+
+    it("an added worker is the only host with work, and joins without restarting the others", function()
+      cluster(work, engine .. "-small", roles_of({ SMALL[1] }, { SMALL[2], SMALL[3], ADDED }))
+      local dry = apply("--dry-run")
+      assert.are.equal(3, dry.code, dry.stderr)
+      assert.are.same({ HOSTS[ADDED].address }, hosts_with_work(dry.doc))
+      local procs = {}
+      for _, i in ipairs(SMALL) do procs[i] = engine_processes(i) end
+      local r = apply("--confirm")
+      assert_plan_is_run(r)
+      local members = { table.unpack(SMALL) }
+      members[#members + 1] = ADDED
+      assert_ready(engine, SMALL[1], members, version)
+      for _, i in ipairs(SMALL) do
+        assert.are_not.equal("", procs[i], "h" .. i .. " runs its engine")
+        assert.are.equal(procs[i], engine_processes(i), "h" .. i .. "'s engine was not restarted")
+      end
+    end)
+
+    it("3 controllers: the leader first, then each other controller joins after the one before", function()
+      cluster(work, engine .. "-ha", roles_of(HA, {}))
+      local r = apply("--confirm")
+      assert_plan_is_run(r)
+      local list = assert_ready(engine, HA[1], HA, version)
+      -- created in config order: the second only after the leader, the third after the second
+      local created = {}
+      for i, n in ipairs(HA) do created[i] = list[HOSTS[n].name].created end
+      assert(created[1] <= created[2] and created[2] <= created[3], "joined in order: " .. table.concat(created, " "))
+      local init = run.phase(r.doc, "initialize_controller")
+      local order = {}
+      for _, h in ipairs(init.hosts) do if #h.actions > 0 then order[#order + 1] = h.host end end
+      assert.are.equal(3, #order)
+    end)
+  end)
+end
+
+describe("a failed install names the host and the cause, and a re-run after the fix converges (k3s)", function()
+  local work, pkg, version
+  local leader, worker = SMALL[1], SMALL[2]
+  setup(function()
+    pkg = package_of("k3s")
+    version = kubelet_version(version_of(pkg))
+    work = run.work()
+    reset(ALL)
+  end)
+  teardown(function()
+    os.execute("rm -rf " .. q(work))
+    reset(ALL)
+  end)
+  local function apply(args) return run.apply(work, args .. " -F --ready-timeout 15 --distro " .. q(pkg)) end
+
+  it("a server that fails to start: its port taken; the error shows its log", function()
+    cluster(work, "k3s-fail", roles_of({ leader }, { worker }))
+    -- something else listens on 6443, so the server cannot bind its API port
+    assert.are.equal(0, (run.ssh(leader, "setsid python3 -c 'import socket,time; s=socket.socket(); "
+      .. "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", 6443)); s.listen(); "
+      .. "time.sleep(3600)' >/dev/null 2>&1 < /dev/null & sleep 0.5")))
+    local r = apply("--confirm")
+    assert.are.equal(1, r.code, r.stderr)
+    local p = run.phase(r.doc, "initialize_controller")
+    assert.are.equal("failed", p.verdict)
+    local err = cjson.encode(p)
+    assert.matches(HOSTS[leader].address, err, 1, true)
+    assert.matches("recent log of k3s-server", err, 1, true)
+    assert.matches("address already in use", err, 1, true)
+    run.ssh(leader, "pkill -f 'time.sleep(3600)'")
+    local again = apply("--confirm")
+    assert.are.equal(0, again.code, again.stderr)
+    assert_ready("k3s", leader, { leader, worker }, version)
+  end)
+
+  it("a worker that cannot reach its controller: not Ready, with the agent's log", function()
+    cluster(work, "k3s-fail", roles_of({ leader }, { worker, SMALL[3] }))
+    assert.are.equal(0, (run.ssh(SMALL[3], "nft add table inet cstest && nft add chain inet cstest out "
+      .. "'{ type filter hook output priority 0; }' && nft add rule inet cstest out ip daddr "
+      .. HOSTS[leader].address .. " tcp dport 6443 drop")))
+    local r = apply("--confirm")
+    assert.are.equal(1, r.code, r.stderr)
+    local err = cjson.encode(run.phase(r.doc, "initialize_worker"))
+    assert.matches("node " .. HOSTS[SMALL[3]].name .. " is not Ready after 15 s", err, 1, true)
+    assert.matches("recent log of k3s-agent", err, 1, true)
+    run.ssh(SMALL[3], "nft delete table inet cstest")
+    local again = apply("--confirm")
+    assert.are.equal(0, again.code, again.stderr)
+    assert_ready("k3s", leader, { leader, worker, SMALL[3] }, version)
+  end)
+
+  it("a wrong join token: the node never registers; the error says so and shows the agent's log", function()
+    cluster(work, "k3s-fail", roles_of({ leader }, { worker, SMALL[3], ADDED }))
+    -- the leader's token file no longer matches what its server holds (a stale copy)
+    local token = "/etc/rancher/k3s/agent-token"
+    assert.are.equal(0, (run.ssh(leader, "cp -p " .. token .. " /root/agent-token.good && printf '%s\\n' "
+      .. string.rep("x", 64) .. " > " .. token)))
+    local r = apply("--confirm")
+    assert.are.equal(1, r.code, r.stderr)
+    local err = cjson.encode(run.phase(r.doc, "initialize_worker"))
+    assert.matches("node " .. HOSTS[ADDED].name .. " is not Ready", err, 1, true)
+    assert.matches("recent log of k3s-agent", err, 1, true)
+    assert.is_nil(nodes("k3s", leader)[HOSTS[ADDED].name], "the node never registered")
+    assert.are.equal(0, (run.ssh(leader, "cp -p /root/agent-token.good " .. token)))
+    local again = apply("--confirm")
+    assert.are.equal(0, again.code, again.stderr)
+    assert_ready("k3s", leader, { leader, worker, SMALL[3], ADDED }, version)
+  end)
+end)
