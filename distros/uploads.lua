@@ -404,18 +404,12 @@ function M.records(ctx, host)
       say = "remove " .. table.concat(stale, ", ") .. " (no longer shipped)" }
   end
   if old ~= manifest then
-    acts[#acts + 1] = action.run { cmd = shell.fmt("mkdir -p -- %s %s", dirname(M.MANIFEST), dirname(M.RELEASE)),
-      say = "create " .. dirname(M.MANIFEST) .. " and " .. dirname(M.RELEASE) }
-    acts[#acts + 1] = action.write { path = M.MANIFEST, content = manifest, mode = "0644",
+    acts[#acts + 1] = action.write { path = M.MANIFEST, content = manifest, mode = "0644", dir_mode = "0755",
       say = string.format("record %d shipped file%s in %s", #common, #common == 1 and "" or "s", M.MANIFEST) }
   end
   local have = res.release.code == 0 and res.release.out or ""
   if have ~= util.sha256(release) .. "\n600\n" then
-    if old == manifest then
-      acts[#acts + 1] = action.run { cmd = shell.fmt("mkdir -p -- %s", dirname(M.RELEASE)),
-        say = "create " .. dirname(M.RELEASE) }
-    end
-    acts[#acts + 1] = action.write { path = M.RELEASE, content = release, mode = "0600" }
+    acts[#acts + 1] = action.write { path = M.RELEASE, content = release, mode = "0600", dir_mode = "0755" }
   end
   return acts
 end

@@ -65,6 +65,16 @@ local function check_mode(t, kind)
   end
   opt(t, "owner", kind, "string")
   opt(t, "group", kind, "string")
+  -- dir_mode: the target's directory is made with this mode when missing, as part of the
+  -- write: several phases write under /var/lib/cargoship, and a plan cannot know which of
+  -- them will be the first to create it
+  if t.dir_mode ~= nil then
+    local d = type(t.dir_mode) == "string" and t.dir_mode or ""
+    if not d:match("^0?[0-7][0-7][0-7]$") then
+      error(string.format("action %s: dir_mode must be octal text such as \"0700\", not %s", kind,
+        tostring(t.dir_mode)), 3)
+    end
+  end
 end
 
 function M.run(t)

@@ -251,6 +251,7 @@ local function write_script(a)
     "    cat >/dev/null; echo cs-skipped; exit 0",
     "  fi",
     "fi",
+    a.dir_mode and shell.fmt('d=$(dirname -- "$dst"); [ -d "$d" ] || mkdir -p -m %s -- "$d"', a.dir_mode) or ":",
     'tmp=$(dirname -- "$dst")/.$(basename -- "$dst").cargoship.$$',
     [[trap 'rm -f -- "$tmp"' EXIT]],
     "umask 077",
@@ -279,6 +280,11 @@ function EXECUTE.write(self, a)
 end
 
 function EXECUTE.upload(self, a)
+  if a.dir_mode then
+    local ok, derr = need_conn(self):check(shell.fmt('d=$(dirname -- %s); [ -d "$d" ] || mkdir -p -m %s -- "$d"',
+      a.path, a.dir_mode), { sudo = true, timeout = M.WRITE_TIMEOUT })
+    if not ok then return "failed", derr end
+  end
   local r, err = need_conn(self):upload(a.source, a.path, { mode = a.mode, owner = a.owner, group = a.group,
     sha256 = a.sha256, timeout = a.timeout or 3600 })
   if not r then return "failed", err end

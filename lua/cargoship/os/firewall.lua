@@ -283,13 +283,6 @@ function M.ssh_guard(rules, ssh)
   end
 end
 
-local function ensure_dir(out, state, dir)
-  if state and state.var_dir == false then
-    out[#out + 1] = action.run { cmd = shell.fmt("mkdir -p -m 0700 %s", dir), say = "create " .. dir }
-    state.var_dir = true
-  end
-end
-
 M.VAR_DIR = "/var/lib/cargoship"
 
 -- ---- firewalld --------------------------------------------------------------------------
@@ -415,8 +408,7 @@ local function firewalld(plan, v4, v6)
     out[#out + 1] = action.run { cmd = "firewall-cmd --reload", say = "apply the firewalld changes" }
   end
   if (plan.previous or "") ~= record then
-    ensure_dir(out, plan.state, M.VAR_DIR)
-    out[#out + 1] = action.write { path = M.FIREWALLD_RECORD, mode = "0644", content = record }
+    out[#out + 1] = action.write { path = M.FIREWALLD_RECORD, mode = "0644", content = record, dir_mode = "0700" }
   end
   return out
 end
@@ -521,8 +513,7 @@ local function ufw(plan)
   end
   local record = #now > 0 and (table.concat(now, "\n") .. "\n") or ""
   if not st or (plan.previous or "") ~= record then
-    ensure_dir(out, st, M.VAR_DIR)
-    out[#out + 1] = action.write { path = M.UFW_RECORD, mode = "0644", content = record }
+    out[#out + 1] = action.write { path = M.UFW_RECORD, mode = "0644", content = record, dir_mode = "0700" }
   end
   return out
 end
@@ -611,9 +602,8 @@ local function nftables(plan)
   local st = plan.state
   local out = {}
   if not st or st.file ~= text or not st.table_loaded then
-    ensure_dir(out, st, M.VAR_DIR)
     if not st or st.file ~= text then
-      out[#out + 1] = action.write { path = M.NFT_FILE, content = text, mode = "0600" }
+      out[#out + 1] = action.write { path = M.NFT_FILE, content = text, mode = "0600", dir_mode = "0700" }
     end
     out[#out + 1] = action.run { cmd = shell.fmt("nft -f %s", M.NFT_FILE), say = "load table inet cargoship" }
   end

@@ -120,11 +120,8 @@ function M.decide(want, res)
   local out = {}
   local state = res.state.code ~= ABSENT and res.state.out or nil
   local record = M.record(state, want, current)
-  if res.dir.code ~= 0 then
-    out[#out + 1] = action.run { cmd = shell.fmt("mkdir -p -m 0700 %s", M.DIR), say = "create " .. M.DIR }
-  end
   if record ~= state then
-    out[#out + 1] = action.write { path = M.STATE, content = record, mode = "0600",
+    out[#out + 1] = action.write { path = M.STATE, content = record, mode = "0600", dir_mode = "0700",
                                    say = "record the SELinux state in " .. M.STATE }
   end
   local listed = M.parse_modules(res.modules and res.modules.out)

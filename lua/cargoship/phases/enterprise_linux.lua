@@ -70,10 +70,8 @@ function M.assess(ctx, host)
     local sum, size = os_config.file_sha256(f)
     if not sum then error(host.name .. ": the distro package's " .. f.basename .. " is missing at " .. f.source, 0) end
     local out = {}
-    if res.var_dir.code ~= 0 then
-      out[#out + 1] = action.run { cmd = "mkdir -p -m 0700 /var/lib/cargoship", say = "create /var/lib/cargoship" }
-    end
     out[#out + 1] = action.upload { path = M.STAGE, source = f.source, sha256 = sum, size = size, mode = "0600",
+                                    dir_mode = "0700",
                                     say = "upload the distro package's " .. f.basename }
     local install, why = cfg:install_files({ M.STAGE })
     if not install then error(host.name .. ": " .. why, 0) end
