@@ -541,6 +541,11 @@ local function ufw(plan)
     if not st or st.app ~= content then
       out[#out + 1] = action.write { path = "/etc/ufw/applications.d/cargoship", mode = "0644", content = content }
       out[#out + 1] = action.run { cmd = shell.fmt("ufw app update %s", M.UFW_APP), say = "load the ufw app profile" }
+      -- `app update` rewrites the rules that name the profile but skips reloading them: a
+      -- port added or dropped would reach the running firewall only at the next boot
+      if st and added["cargoship:ports"] then
+        out[#out + 1] = action.run { cmd = "ufw reload", say = "apply the changed ports of profile " .. M.UFW_APP }
+      end
     end
   end
   local now, tags = ufw_rules(plan)

@@ -249,6 +249,16 @@ describe("firewall actions: what the cluster file dropped is removed", function(
     assert.is_nil(acts[1].content:find("30080", 1, true))
     assert.equal("firewall-cmd --reload", acts[2].cmd)
   end)
+  it("ufw: a port dropped from the profile is rewritten and reloaded, as `ufw app update` does not", function()
+    local st = { var_dir = true, added = "ufw allow cargoship-ports comment 'cargoship:ports'\n",
+                 app = "[cargoship-ports]\ntitle=cargoship exposed ports\ndescription=ports the cluster file opens "
+                   .. "(.host.ports)\nports=6443/tcp|30083/tcp\n" }
+    local acts = assert(firewall.actions("ufw", { trust = {}, ports = { { port = "6443", protocol = "tcp" } },
+                                                  previous = "allow cargoship-ports\n", state = st }))
+    assert.same({ "write", "run", "run" }, kinds(acts))
+    assert.matches("\nports=6443/tcp\n", acts[1].content, 1, true)
+    assert.same({ "ufw app update 'cargoship-ports'", "ufw reload" }, { acts[2].cmd, acts[3].cmd })
+  end)
   it("ufw: the profile's rule is deleted, then the profile itself", function()
     local acts = assert(firewall.actions("ufw", { trust = {}, ports = {}, previous = "allow cargoship-ports\n",
       state = { var_dir = true, added = "ufw allow cargoship-ports comment 'cargoship:ports'\n",
