@@ -57,8 +57,11 @@ local function apply(args, cluster_extra)
   return run.apply(work, args .. " --distro " .. q(run.built(work .. "/distro.yaml")))
 end
 
--- What an earlier run of this spec left: gone, so every run starts from the hosts as booted.
+-- What an earlier run of this spec left: gone, so every run starts from the hosts as booted
+-- (/var/lib/cargoship too: on a fresh host, earlier phases of the run create it after the dry
+-- run saw it missing, and the plan must still equal the run).
 local function reset()
+  for _, i in ipairs { I.fwd, I.ufw, I.nft } do run.ssh(i, "rm -rf /var/lib/cargoship") end
   run.ssh(I.fwd, "for r in $(firewall-cmd --permanent --zone=public --list-rich-rules | tr ' ' '~'); do"
     .. " firewall-cmd -q --permanent --zone=public --remove-rich-rule=\"$(echo $r | tr '~' ' ')\"; done;"
     .. " firewall-cmd -q --permanent --zone=trusted --remove-source=ipset:cargoship-trusted;"
@@ -179,6 +182,9 @@ local function host_block(ports, policies)
         .. " protocol: tcp}", OUT.address)
       rules[#rules + 1] = "{name: fwd-http, action: allow, direction: forward, ingress: public, egress: trusted,"
         .. " protocol: tcp, port: 80}"
+    elseif policies then
+      -- every new outbound TCP connection refused: cargoship's SSH session into the host lives on
+      rules[#rules + 1] = "{name: no-out, action: reject, direction: out, protocol: tcp}"
     end
     return "      host:\n        ports: [" .. table.concat(list, ", ") .. "]\n"
       .. "        firewall:\n          rules: [" .. table.concat(rules, ", ") .. "]"
@@ -227,8 +233,16 @@ describe("out and forward rules, and what the cluster file drops", function()
     assert.matches("create firewalld policy cargoship-out (HOST -> ANY)", says_of(plan.doc, FWD), 1, true)
     assert.is_true(reaches(I.fwd, OUT.address, EGRESS_OK), "allowed egress")
     assert.is_false(reaches(I.fwd, OUT.address, EGRESS_BLOCKED), "rejected egress")
-    assert.is_true(reaches(I.nft, OUT.address, EGRESS_BLOCKED), "another node's egress is its own")
     assert.is_true(reaches(I.out, FWD.address, 22), "SSH to the firewalld node")
+  end)
+
+  it("ufw and nftables refuse every new outbound connection, and cargoship's SSH session survived it", function()
+    -- converge() above ran the dry run, the run to its disconnect and a second run, each
+    -- through new SSH sessions into these hosts, with the out rule in force from the first
+    for _, i in ipairs { I.ufw, I.nft } do
+      assert.is_false(reaches(i, OUT.address, EGRESS_OK), "h" .. i .. " -> outsider")
+      assert.is_true(reaches(I.out, lab.host(i).address, 22), "outsider -> h" .. i .. ":22")
+    end
   end)
 
   it("puts forward rules into a cargoship-fwd policy of the rule's zones", function()
@@ -265,7 +279,9 @@ describe("out and forward rules, and what the cluster file drops", function()
     assert.matches("dport[^\n]*" .. OPEN_PORT .. "[^\n]*accept", tbl)
     assert.is_nil(tbl:find(tostring(DROP_PORT), 1, true), tbl)
     assert.are.equal("", cargoship_policies())
-    assert.is_true(reaches(I.fwd, OUT.address, EGRESS_BLOCKED), "egress open again")
+    for _, i in ipairs { I.fwd, I.ufw, I.nft } do
+      assert.is_true(reaches(i, OUT.address, EGRESS_BLOCKED), "egress open again: h" .. i)
+    end
   end)
 
   it("closes the last port too: the service leaves zone public, the ufw profile goes", function()

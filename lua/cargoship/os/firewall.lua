@@ -270,7 +270,9 @@ end
 
 -- M.ssh_guard(rules, ssh) -> nil | why: the first rule that would drop or reject cargoship's
 -- own SSH session (ssh = {port = 22, client = the address the host sees us connect from}).
--- Our own rules only ever accept, so only the operator's rules can close the session.
+-- Our own rules only ever accept, so only the operator's rules can close the session, and
+-- only `in` ones: every front end accepts replies before out and forward rules (firewalld's
+-- and ufw's own chains, nftables' first rule of our output and forward chains).
 function M.ssh_guard(rules, ssh)
   for _, r in ipairs(rules or {}) do
     local v = verdict_of(r)
@@ -286,10 +288,13 @@ function M.ssh_guard(rules, ssh)
   end
 end
 
+-- Before a write under dir, whatever the probe said: earlier phases of the same run (the
+-- container-selinux stage, the SELinux state record) may create it after the dry run saw it
+-- missing, and the plan must still equal the run. mkdir -p makes it cost nothing then.
 local function ensure_dir(out, state, dir)
-  if state and state.var_dir == false then
-    out[#out + 1] = action.run { cmd = shell.fmt("mkdir -p -m 0700 %s", dir), say = "create " .. dir }
-    state.var_dir = true
+  if state and not state.dir_ensured then
+    out[#out + 1] = action.run { cmd = shell.fmt("mkdir -p -m 0700 %s", dir), say = "create " .. dir .. " if missing" }
+    state.dir_ensured = true
   end
 end
 
@@ -667,8 +672,8 @@ local function nftables(plan)
   local st = plan.state
   local out = {}
   if not st or st.file ~= text or not st.table_loaded then
-    ensure_dir(out, st, M.VAR_DIR)
     if not st or st.file ~= text then
+      ensure_dir(out, st, M.VAR_DIR)
       out[#out + 1] = action.write { path = M.NFT_FILE, content = text, mode = "0600" }
     end
     out[#out + 1] = action.run { cmd = shell.fmt("nft -f %s", M.NFT_FILE), say = "load table inet cargoship" }

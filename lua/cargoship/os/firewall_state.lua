@@ -51,7 +51,7 @@ end
 
 -- The state probes of a front end (as root): what actions() compares with.
 function M.probes(backend, fw)
-  local p = { var_dir = shell.fmt("test -d %s", firewall.VAR_DIR) }
+  local p = {}
   if backend == "nftables" then
     p.file = cat(firewall.NFT_FILE)
     p.table = "nft list table inet cargoship >/dev/null 2>&1"
@@ -95,7 +95,7 @@ local function trim(s) return (s:gsub("%s+$", "")) end
 
 -- Probe answers -> plan.state (and plan.previous, plan.nftables_conf) for actions().
 function M.apply(plan, backend, fw, res)
-  local st = { var_dir = res.var_dir and res.var_dir.code == 0 }
+  local st = {}
   if backend == "nftables" then
     st.file = file_of(res, "file")
     st.table_loaded = res.table and res.table.code == 0

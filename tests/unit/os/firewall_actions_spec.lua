@@ -142,7 +142,7 @@ describe("firewall actions: firewalld out and forward rules as policies", functi
     return { trust = { "10.0.0.2" }, rules = rules, state = st }
   end
   local function converged(extra)
-    local st = { var_dir = true, files = { ["/etc/firewalld/ipsets/cargoship-trusted.xml"] =
+    local st = { files = { ["/etc/firewalld/ipsets/cargoship-trusted.xml"] =
       '<?xml version="1.0" encoding="utf-8"?>\n<ipset type="hash:net">\n  <short>cargoship-trusted</short>\n'
       .. "  <entry>10.0.0.2</entry>\n</ipset>\n" },
       ipset_entries = { ["cargoship-trusted"] = "10.0.0.2", ["cargoship-trusted6"] = "" },
@@ -225,7 +225,7 @@ end)
 describe("firewall actions: what the cluster file dropped is removed", function()
   local SVC = "/etc/firewalld/services/distro-exposed-ports.xml"
   it("firewalld: the exposed-ports service leaves zone public and its file goes when no port is left", function()
-    local st = { var_dir = true, files = { [SVC] = "<service/>\n" }, public_services = "ssh distro-exposed-ports",
+    local st = { files = { [SVC] = "<service/>\n" }, public_services = "ssh distro-exposed-ports",
                  public_services_runtime = "ssh distro-exposed-ports", policies = {}, policies_runtime = {} }
     local acts = assert(firewall.actions("firewalld", { trust = {}, ports = {}, state = st }))
     assert.same({ "run", "remove", "run" }, kinds(acts))
@@ -238,7 +238,7 @@ describe("firewall actions: what the cluster file dropped is removed", function(
     assert.same({}, assert(firewall.actions("firewalld", { trust = {}, ports = {}, state = st })))
   end)
   it("firewalld: a port dropped from .host.ports rewrites the service and reloads", function()
-    local st = { var_dir = true, files = { [SVC] = '<?xml version="1.0" encoding="utf-8"?>\n<service>\n'
+    local st = { files = { [SVC] = '<?xml version="1.0" encoding="utf-8"?>\n<service>\n'
       .. '  <short>distro-exposed-ports</short>\n  <port protocol="tcp" port="6443"/>\n'
       .. '  <port protocol="tcp" port="30080"/>\n</service>\n' },
       public_services = "distro-exposed-ports", public_services_runtime = "distro-exposed-ports",
@@ -250,7 +250,7 @@ describe("firewall actions: what the cluster file dropped is removed", function(
     assert.equal("firewall-cmd --reload", acts[2].cmd)
   end)
   it("ufw: a port dropped from the profile is rewritten and reloaded, as `ufw app update` does not", function()
-    local st = { var_dir = true, added = "ufw allow cargoship-ports comment 'cargoship:ports'\n",
+    local st = { added = "ufw allow cargoship-ports comment 'cargoship:ports'\n",
                  app = "[cargoship-ports]\ntitle=cargoship exposed ports\ndescription=ports the cluster file opens "
                    .. "(.host.ports)\nports=6443/tcp|30083/tcp\n" }
     local acts = assert(firewall.actions("ufw", { trust = {}, ports = { { port = "6443", protocol = "tcp" } },
@@ -261,10 +261,11 @@ describe("firewall actions: what the cluster file dropped is removed", function(
   end)
   it("ufw: the profile's rule is deleted, then the profile itself", function()
     local acts = assert(firewall.actions("ufw", { trust = {}, ports = {}, previous = "allow cargoship-ports\n",
-      state = { var_dir = true, added = "ufw allow cargoship-ports comment 'cargoship:ports'\n",
+      state = { added = "ufw allow cargoship-ports comment 'cargoship:ports'\n",
                 app = "[cargoship-ports]\n" } }))
     assert.same({ "'ufw' 'delete' 'allow' 'cargoship-ports'", "/etc/ufw/applications.d/cargoship",
-                  "/var/lib/cargoship/ufw.rules", "" }, { acts[1].cmd, acts[2].path, acts[3].path, acts[3].content })
+                  "mkdir -p -m 0700 '/var/lib/cargoship'", "/var/lib/cargoship/ufw.rules", "" },
+                { acts[1].cmd, acts[2].path, acts[3].cmd, acts[4].path, acts[4].content })
     assert.equal("remove", acts[2].kind)
   end)
   it("nftables: the table is rendered from the plan alone, so a dropped port or rule is gone", function()
