@@ -89,7 +89,13 @@ function M.compare(plan, run, last, unassessed)
     for j, h in ipairs(ph) do
       local r = rh[j]
       assert.are.equal(h.host, r.host, pp.id)
-      assert.are.equal(#h.actions, #r.actions, pp.id .. " on " .. h.host .. ": as many actions run as planned")
+      local function says(list)
+        local out = {}
+        for _, a in ipairs(list) do out[#out + 1] = tostring(a.say) end
+        return table.concat(out, " | ")
+      end
+      assert.are.equal(#h.actions, #r.actions, pp.id .. " on " .. h.host .. ": as many actions run as planned"
+        .. "\nplanned: " .. says(h.actions) .. "\nran: " .. says(r.actions))
       for k, a in ipairs(h.actions) do
         assert.are.equal(cjson.null, a.outcome, "a plan's action has no outcome")
         assert.are.same(planned_part(a), planned_part(r.actions[k]), string.format("%s on %s, action %d", pp.id,

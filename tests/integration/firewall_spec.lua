@@ -14,6 +14,8 @@ local run = require "integration.apply_run"
 
 local q = util.quote
 local ENGINE_PORT, OPEN_PORT = 9345, 30080
+-- a second exposed port, dropped later; the outsider's listeners the firewalld node's out rules aim at
+local DROP_PORT, EGRESS_OK, EGRESS_BLOCKED = 30083, 30082, 30081
 
 local function index_of(h)
   for i, x in ipairs(lab.hosts()) do if x.address == h.address then return i end end
@@ -55,12 +57,17 @@ local function apply(args, cluster_extra)
   return run.apply(work, args .. run.NO_ENGINE .. " --distro " .. q(run.built(work .. "/distro.yaml")))
 end
 
--- What an earlier run of this spec left: gone, so every run starts from the hosts as booted.
+-- What an earlier run of this spec left: gone, so every run starts from the hosts as booted
+-- (/var/lib/cargoship too: on a fresh host, earlier phases of the run create it after the dry
+-- run saw it missing, and the plan must still equal the run).
 local function reset()
+  for _, i in ipairs { I.fwd, I.ufw, I.nft } do run.ssh(i, "rm -rf /var/lib/cargoship") end
   run.ssh(I.fwd, "for r in $(firewall-cmd --permanent --zone=public --list-rich-rules | tr ' ' '~'); do"
     .. " firewall-cmd -q --permanent --zone=public --remove-rich-rule=\"$(echo $r | tr '~' ' ')\"; done;"
     .. " firewall-cmd -q --permanent --zone=trusted --remove-source=ipset:cargoship-trusted;"
     .. " firewall-cmd -q --permanent --zone=public --remove-service=distro-exposed-ports;"
+    .. " for p in $(firewall-cmd --permanent --get-policies); do case $p in cargoship-*)"
+    .. " firewall-cmd -q --permanent --delete-policy=$p;; esac; done;"
     .. " rm -f /etc/firewalld/ipsets/cargoship-trusted*.xml /etc/firewalld/services/distro-exposed-ports.xml"
     .. " /var/lib/cargoship/firewalld.rules; firewall-cmd -q --reload; true")
   run.ssh(I.ufw, "ufw --force reset >/dev/null; rm -f /etc/ufw/applications.d/cargoship /var/lib/cargoship/ufw.rules;"
@@ -82,12 +89,15 @@ setup(function()
   for _, i in ipairs { I.fwd, I.ufw, I.nft } do
     listen(i, ENGINE_PORT)
     listen(i, OPEN_PORT)
+    listen(i, DROP_PORT)
   end
+  listen(I.out, EGRESS_OK)
+  listen(I.out, EGRESS_BLOCKED)
 end)
 
 teardown(function()
   pcall(reset)
-  for _, i in ipairs { I.fwd, I.ufw, I.nft } do pcall(run.ssh, i, "pkill -f 'http.server' ; true") end
+  for _, i in ipairs { I.fwd, I.ufw, I.nft, I.out } do pcall(run.ssh, i, "pkill -f 'http.server' ; true") end
   if work then os.execute("rm -rf " .. q(work)) end
 end)
 
@@ -154,6 +164,139 @@ describe("apply -F on firewalld, ufw and nftables", function()
     assert.are.equal("nothing_to_do", run.phase(second.doc.plan, "update_firewall").verdict)
     assert.are.equal("nothing_to_do", run.phase(second.doc, "update_firewall").verdict)
     run.assert_unchanged(up2, up3, ALL)
+  end)
+end)
+
+-- The host block of member i (1 = firewalld, 2 = ufw, 3 = nftables) with these ports and,
+-- on the firewalld node, the out and forward rules when `policies` is set.
+local function host_block(ports, policies)
+  return function(i)
+    local list = {}
+    for _, p in ipairs(ports[i] or {}) do list[#list + 1] = string.format("{port: %d, protocol: tcp}", p) end
+    local rules = { "{name: no-telnet, action: deny, protocol: tcp, port: 23}" }
+    if policies and i == 1 then
+      -- first match decides: the allow before the reject lets one port of the outsider through
+      rules[#rules + 1] = string.format("{name: out-ok, action: allow, direction: out, destination: %s,"
+        .. " protocol: tcp, port: %d}", OUT.address, EGRESS_OK)
+      rules[#rules + 1] = string.format("{name: no-egress, action: reject, direction: out, destination: %s,"
+        .. " protocol: tcp}", OUT.address)
+      rules[#rules + 1] = "{name: fwd-http, action: allow, direction: forward, ingress: public, egress: trusted,"
+        .. " protocol: tcp, port: 80}"
+    elseif policies then
+      -- every new outbound TCP connection refused: cargoship's SSH session into the host lives on
+      rules[#rules + 1] = "{name: no-out, action: reject, direction: out, protocol: tcp}"
+    end
+    return "      host:\n        ports: [" .. table.concat(list, ", ") .. "]\n"
+      .. "        firewall:\n          rules: [" .. table.concat(rules, ", ") .. "]"
+  end
+end
+
+local function says_of(doc, host)
+  local s = {}
+  for _, h in ipairs(run.phase(doc, "update_firewall").hosts) do
+    if h.host == host.address then
+      for _, a in ipairs(h.actions) do s[#s + 1] = a.say end
+    end
+  end
+  return table.concat(s, "\n")
+end
+
+-- dry run (writes nothing), the run it planned, then a second run that has nothing to do
+local function converge(extra)
+  local before = run.uppers(ALL)
+  local plan = apply("--dry-run -F", extra)
+  run.assert_unchanged(before, run.uppers(ALL), ALL)
+  assert.are.equal(3, plan.code, plan.stderr)
+  local r = apply("--confirm -F", extra)
+  assert.are.equal(0, r.code, r.stderr)
+  for _, x in ipairs(run.compare(plan.doc, r.doc)) do
+    assert.are.equal("done", x.action.outcome, x.phase .. " on " .. x.host)
+  end
+  assert.are.equal("ran", run.phase(r.doc, "disconnect").verdict)
+  local again = apply("--confirm -F", extra)
+  assert.are.equal(0, again.code, again.stderr)
+  assert.are.equal("nothing_to_do", run.phase(again.doc.plan, "update_firewall").verdict)
+  assert.are.equal("nothing_to_do", run.phase(again.doc, "update_firewall").verdict)
+  return plan
+end
+
+local function cargoship_policies()
+  return sh_ok(I.fwd, "firewall-cmd --list-all-policies | grep -A30 '^cargoship-' || true")
+end
+
+describe("out and forward rules, and what the cluster file drops", function()
+  local ALL3 = { OPEN_PORT, DROP_PORT }
+
+  it("firewalld filters the node's egress through policy cargoship-out, first match deciding", function()
+    assert.is_true(reaches(I.fwd, OUT.address, EGRESS_BLOCKED), "before: firewalld node -> outsider")
+    local plan = converge(host_block({ ALL3, ALL3, ALL3 }, true))
+    assert.matches("create firewalld policy cargoship-out (HOST -> ANY)", says_of(plan.doc, FWD), 1, true)
+    assert.is_true(reaches(I.fwd, OUT.address, EGRESS_OK), "allowed egress")
+    assert.is_false(reaches(I.fwd, OUT.address, EGRESS_BLOCKED), "rejected egress")
+    assert.is_true(reaches(I.out, FWD.address, 22), "SSH to the firewalld node")
+  end)
+
+  it("ufw and nftables refuse every new outbound connection, and cargoship's SSH session survived it", function()
+    -- converge() above ran the dry run, the run to its disconnect and a second run, each
+    -- through new SSH sessions into these hosts, with the out rule in force from the first
+    for _, i in ipairs { I.ufw, I.nft } do
+      assert.is_false(reaches(i, OUT.address, EGRESS_OK), "h" .. i .. " -> outsider")
+      assert.is_true(reaches(I.out, lab.host(i).address, 22), "outsider -> h" .. i .. ":22")
+    end
+  end)
+
+  it("puts forward rules into a cargoship-fwd policy of the rule's zones", function()
+    local out = cargoship_policies()
+    assert.matches("cargoship%-fwd%-%x%x%x%x %(active%)\n.-ingress%-zones: public\n  egress%-zones: trusted\n", out)
+    assert.matches('rule priority="1" port port="80" protocol="tcp" accept', out, 1, true)
+    assert.matches("cargoship-out (active)", out, 1, true)
+    assert.matches("ingress-zones: HOST\n  egress-zones: ANY\n", out, 1, true)
+    assert.matches('priority="2" family="ipv4" destination address="' .. OUT.address .. '" protocol value="tcp" reject',
+      out, 1, true)
+  end)
+
+  it("opens every declared port to the outsider", function()
+    for _, target in ipairs { FWD, UFW, NFT } do
+      assert.is_true(reaches(I.out, target.address, DROP_PORT), "outsider -> " .. target.address .. ":" .. DROP_PORT)
+    end
+  end)
+
+  it("closes a port dropped from .host.ports and removes dropped rules and their policies", function()
+    local plan = converge(host_block({ { OPEN_PORT }, { OPEN_PORT }, { OPEN_PORT } }, false))
+    local fwd = says_of(plan.doc, FWD)
+    assert.matches("delete firewalld policy cargoship-out", fwd, 1, true)
+    assert.matches("delete firewalld policy cargoship%-fwd%-%x%x%x%x", fwd)
+    assert.matches("write /etc/firewalld/services/distro-exposed-ports.xml", fwd, 1, true)
+    assert.matches("write /etc/ufw/applications.d/cargoship", says_of(plan.doc, UFW), 1, true)
+    assert.matches("load table inet cargoship", says_of(plan.doc, NFT), 1, true)
+    -- nftables' chains accept by policy (only the engine ports are closed to non-members), so
+    -- there the dropped port leaves the table rather than becoming unreachable
+    for _, target in ipairs { FWD, UFW } do
+      assert.is_false(reaches(I.out, target.address, DROP_PORT), "dropped: outsider -> " .. target.address)
+      assert.is_true(reaches(I.out, target.address, OPEN_PORT), "kept: outsider -> " .. target.address)
+    end
+    local tbl = sh_ok(I.nft, "nft list table inet cargoship")
+    assert.matches("dport[^\n]*" .. OPEN_PORT .. "[^\n]*accept", tbl)
+    assert.is_nil(tbl:find(tostring(DROP_PORT), 1, true), tbl)
+    assert.are.equal("", cargoship_policies())
+    for _, i in ipairs { I.fwd, I.ufw, I.nft } do
+      assert.is_true(reaches(i, OUT.address, EGRESS_BLOCKED), "egress open again: h" .. i)
+    end
+  end)
+
+  it("closes the last port too: the service leaves zone public, the ufw profile goes", function()
+    local plan = converge(host_block({ {}, {}, { OPEN_PORT } }, false))
+    assert.matches("close the exposed ports in zone public", says_of(plan.doc, FWD), 1, true)
+    assert.matches("ufw: drop rule allow cargoship-ports", says_of(plan.doc, UFW), 1, true)
+    assert.matches("remove /etc/ufw/applications.d/cargoship", says_of(plan.doc, UFW), 1, true)
+    for _, target in ipairs { FWD, UFW } do
+      assert.is_false(reaches(I.out, target.address, OPEN_PORT), "no port left: outsider -> " .. target.address)
+      assert.is_true(reaches(I.out, target.address, 22), "SSH stays: outsider -> " .. target.address)
+    end
+    assert.are.equal("absent\n", sh_ok(I.fwd, "firewall-cmd --permanent --zone=public --list-services"
+      .. " | grep -qw distro-exposed-ports && echo present || echo absent"))
+    assert.are.equal("absent\n", sh_ok(I.ufw, "test -e /etc/ufw/applications.d/cargoship && echo present"
+      .. " || echo absent"))
   end)
 end)
 

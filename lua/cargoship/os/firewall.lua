@@ -5,12 +5,15 @@
 --           ports = {{port = "6443"|"30000-32767", protocol = "tcp"|"udp"}..}   (.host.ports)
 --           previous = content of the recorded ufw rule set (ufw; nil when none)
 --           nftables_conf = {path, content} (nftables: the boot-time file to include ours)}
--- firewalld: ipsets in the trusted zone, the ports as service distro-exposed-ports in public;
--- ufw: tagged rules plus the app profile cargoship-ports, the applied set recorded so the
--- next run deletes what was dropped, never `ufw enable`; nftables: one table `inet cargoship`
--- replaced atomically from a file outside /etc/cargoship (engines.md §6.9).
+-- firewalld: ipsets in the trusted zone, the ports as service distro-exposed-ports in public,
+-- in rules as rich rules of public (recorded), out and forward rules in the cargoship-*
+-- policies (cargoship.os.firewalld_policies); what the cluster file dropped (ports, rules,
+-- policies) is removed; ufw: tagged rules plus the app profile cargoship-ports, the applied
+-- set recorded so the next run deletes what was dropped, never `ufw enable`; nftables: one
+-- table `inet cargoship` replaced atomically from a file outside /etc/cargoship (§6.9).
 local action = require "cargoship.action"
 local edit = require "cargoship.os.edit"
+local policies = require "cargoship.os.firewalld_policies"
 local shell = require "cargoship.shell"
 
 local M = {}
@@ -267,7 +270,9 @@ end
 
 -- M.ssh_guard(rules, ssh) -> nil | why: the first rule that would drop or reject cargoship's
 -- own SSH session (ssh = {port = 22, client = the address the host sees us connect from}).
--- Our own rules only ever accept, so only the operator's rules can close the session.
+-- Our own rules only ever accept, so only the operator's rules can close the session, and
+-- only `in` ones: every front end accepts replies before out and forward rules (firewalld's
+-- and ufw's own chains, nftables' first rule of our output and forward chains).
 function M.ssh_guard(rules, ssh)
   for _, r in ipairs(rules or {}) do
     local v = verdict_of(r)
@@ -296,8 +301,8 @@ local function xml_ipset(name, entries, v6)
   return table.concat(out, "\n") .. "\n"
 end
 
--- A rule as a firewalld rich rule of zone public (inbound only: out and forward rules need
--- policy objects, which this build does not write).
+-- A rule as a firewalld rich rule: of zone public (direction in), or of one of the policies
+-- cargoship.os.firewalld_policies writes (out, forward), which prefixes a priority.
 function M.rich_rule(r)
   local parts = { "rule" }
   local fam = (not any(r.source) and family(r.source)) or (not any(r.destination) and family(r.destination))
@@ -325,9 +330,12 @@ end
 local function firewalld(plan, v4, v6)
   local st = plan.state or {}
   local out, reload_first, changed = {}, false, false
-  local sets = {}
+  local sets, dropped_sets = {}, {}
   for _, s in ipairs({ { "cargoship-trusted", v4, false }, { "cargoship-trusted6", v6, true } }) do
-    if #s[2] > 0 then
+    if #s[2] == 0 then
+      local file = "/etc/firewalld/ipsets/" .. s[1] .. ".xml"
+      if plan.state and (st.files or {})[file] then dropped_sets[#dropped_sets + 1] = s[1] end
+    else
       local content = xml_ipset(s[1], s[2], s[3])
       local file = "/etc/firewalld/ipsets/" .. s[1] .. ".xml"
       if (st.files or {})[file] ~= content then
@@ -358,6 +366,29 @@ local function firewalld(plan, v4, v6)
   -- the reload makes new permanent ipsets and services known before zones name them
   if reload_first then out[#out + 1] = action.run { cmd = "firewall-cmd --reload", say = "reload firewalld" } end
   local perm_sources, run_sources = lines_set(st.trusted_sources), lines_set(st.trusted_sources_runtime)
+  -- what the cluster file no longer asks for: out of the zone first, then the file itself
+  for _, name in ipairs(dropped_sets) do
+    local src = "ipset:" .. name
+    if perm_sources[src] then
+      out[#out + 1] = action.run { cmd = shell.fmt("firewall-cmd --permanent --zone=trusted --remove-source=%s", src),
+                                   say = "stop trusting ipset " .. name .. " (no address of its family is left)" }
+    elseif run_sources[src] then
+      changed = true
+    end
+    out[#out + 1] = action.remove { path = "/etc/firewalld/ipsets/" .. name .. ".xml" }
+  end
+  local svc_file = "/etc/firewalld/services/" .. M.FIREWALLD_SERVICE .. ".xml"
+  if not has_ports and plan.state then
+    local svc = lines_set((st.public_services or ""):gsub("%s+", "\n"))
+    local run_svc = lines_set((st.public_services_runtime or ""):gsub("%s+", "\n"))
+    if svc[M.FIREWALLD_SERVICE] then
+      out[#out + 1] = action.run { cmd = shell.fmt("firewall-cmd --permanent --zone=public --remove-service=%s",
+        M.FIREWALLD_SERVICE), say = "close the exposed ports in zone public (.host.ports is empty now)" }
+    elseif run_svc[M.FIREWALLD_SERVICE] then
+      changed = true
+    end
+    if (st.files or {})[svc_file] then out[#out + 1] = action.remove { path = svc_file } end
+  end
   for _, name in ipairs(sets) do
     local src = "ipset:" .. name
     if not (plan.state and perm_sources[src]) then
@@ -377,11 +408,14 @@ local function firewalld(plan, v4, v6)
       changed = true
     end
   end
-  local now, keep = {}, {}
+  local now, keep, zone_rules = {}, {}, {}
   for _, r in ipairs(plan.rules or {}) do
-    local rich = M.rich_rule(r)
-    now[#now + 1] = rich
-    keep[rich] = true
+    if (r.direction or "in") == "in" then
+      local rich = M.rich_rule(r)
+      now[#now + 1] = rich
+      zone_rules[#now] = r
+      keep[rich] = true
+    end
   end
   local perm_rich, run_rich = lines_set(st.rich_rules), lines_set(st.rich_rules_runtime)
   for line in (plan.previous or ""):gmatch("[^\n]+") do
@@ -393,15 +427,25 @@ local function firewalld(plan, v4, v6)
   for i, rich in ipairs(now) do
     if not (plan.state and perm_rich[rich]) then
       out[#out + 1] = action.run { cmd = shell.fmt("firewall-cmd --permanent --zone=public --add-rich-rule=%s", rich),
-        say = string.format("firewalld rule %s: %s", rule_name(plan.rules[i]), rich) }
+        say = string.format("firewalld rule %s: %s", rule_name(zone_rules[i]), rich) }
     elseif not run_rich[rich] then
       changed = true
     end
   end
+  -- out and forward rules: the policy objects cargoship owns
+  local want, perr = policies.wanted(plan.rules, M.rich_rule)
+  if not want then return nil, perr end
+  if plan.state then
+    local pacts, lags = policies.actions(want, st.policies, st.policies_runtime)
+    for _, a in ipairs(pacts) do out[#out + 1] = a end
+    if lags then changed = true end
+  else
+    for _, a in ipairs((policies.actions(want, {}, {}))) do out[#out + 1] = a end
+  end
   local record = #now > 0 and (table.concat(now, "\n") .. "\n") or ""
   local permanent = false
   for _, a in ipairs(out) do
-    if a.kind == "run" and a.cmd:find("--permanent", 1, true) then permanent = true end
+    if a.kind == "remove" or (a.kind == "run" and a.cmd:find("--permanent", 1, true)) then permanent = true end
   end
   -- a zone changed, or the running firewall lags what is permanent: one reload applies it
   if permanent or (changed and not reload_first) then
@@ -491,6 +535,11 @@ local function ufw(plan)
     if not st or st.app ~= content then
       out[#out + 1] = action.write { path = "/etc/ufw/applications.d/cargoship", mode = "0644", content = content }
       out[#out + 1] = action.run { cmd = shell.fmt("ufw app update %s", M.UFW_APP), say = "load the ufw app profile" }
+      -- `app update` rewrites the rules that name the profile but skips reloading them: a
+      -- port added or dropped would reach the running firewall only at the next boot
+      if st and added["cargoship:ports"] then
+        out[#out + 1] = action.run { cmd = "ufw reload", say = "apply the changed ports of profile " .. M.UFW_APP }
+      end
     end
   end
   local now, tags = ufw_rules(plan)
@@ -510,6 +559,10 @@ local function ufw(plan)
       words[#words + 1] = tags[i]
       out[#out + 1] = action.run { cmd = shell.words(table.unpack(words)), say = "ufw " .. r }
     end
+  end
+  -- no ports left: the profile goes too, after the `ufw delete` above that names it
+  if st and st.app and not (plan.ports and #plan.ports > 0) then
+    out[#out + 1] = action.remove { path = "/etc/ufw/applications.d/cargoship" }
   end
   local record = #now > 0 and (table.concat(now, "\n") .. "\n") or ""
   if not st or (plan.previous or "") ~= record then
@@ -584,6 +637,11 @@ function M.nftables_ruleset(plan)
         proto, table.concat(ports, ", "))
     end
   end
+  -- out and forward rules filter new connections only, as on firewalld and ufw: replies
+  -- pass, cargoship's own SSH session among them, whatever the operator's rules say
+  for _, d in ipairs({ "out", "forward" }) do
+    if #chains[d] > 0 then table.insert(chains[d], 1, "    ct state established,related accept") end
+  end
   local hooks = { { "input", "in" }, { "output", "out" }, { "forward", "forward" } }
   for _, hk in ipairs(hooks) do
     local rules = chains[hk[2]]
@@ -630,10 +688,6 @@ function M.actions(backend, plan)
   for _, r in ipairs(plan.rules or {}) do
     why = check_rule(r)
     if why then return nil, why end
-    if backend == "firewalld" and (r.direction or "in") ~= "in" then
-      return nil, string.format("firewall rule %q: direction %s on firewalld needs a policy object, which this "
-        .. "build does not write (inbound rules only)", rule_name(r), r.direction)
-    end
   end
   if backend == "firewalld" then return firewalld(plan, v4, v6) end
   if backend == "ufw" then return ufw(plan) end

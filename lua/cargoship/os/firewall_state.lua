@@ -5,6 +5,7 @@
 --   from the answers, which cargoship.os.firewall.actions compares with
 -- cidrs(engine_type, distro) -> the pod and service CIDRs every node trusts
 local firewall = require "cargoship.os.firewall"
+local policies = require "cargoship.os.firewalld_policies"
 local shell = require "cargoship.shell"
 
 local M = {}
@@ -50,7 +51,7 @@ end
 
 -- The state probes of a front end (as root): what actions() compares with.
 function M.probes(backend, fw)
-  local p = { var_dir = shell.fmt("test -d %s", firewall.VAR_DIR) }
+  local p = {}
   if backend == "nftables" then
     p.file = cat(firewall.NFT_FILE)
     p.table = "nft list table inet cargoship >/dev/null 2>&1"
@@ -72,6 +73,8 @@ function M.probes(backend, fw)
     p.rich = "firewall-cmd --permanent --zone=public --list-rich-rules"
     p.rich_rt = "firewall-cmd --zone=public --list-rich-rules"
     p.previous = cat(firewall.FIREWALLD_RECORD)
+    p.policies = policies.PROBE
+    p.policies_rt = policies.PROBE_RUNTIME
   end
   return p
 end
@@ -92,7 +95,7 @@ local function trim(s) return (s:gsub("%s+$", "")) end
 
 -- Probe answers -> plan.state (and plan.previous, plan.nftables_conf) for actions().
 function M.apply(plan, backend, fw, res)
-  local st = { var_dir = res.var_dir and res.var_dir.code == 0 }
+  local st = {}
   if backend == "nftables" then
     st.file = file_of(res, "file")
     st.table_loaded = res.table and res.table.code == 0
@@ -113,6 +116,12 @@ function M.apply(plan, backend, fw, res)
     st.trusted_sources, st.trusted_sources_runtime = out_of(res, "sources"), out_of(res, "sources_rt")
     st.public_services, st.public_services_runtime = out_of(res, "services"), out_of(res, "services_rt")
     st.rich_rules, st.rich_rules_runtime = out_of(res, "rich"), out_of(res, "rich_rt")
+    for _, k in ipairs({ "policies", "policies_rt" }) do
+      if res[k] and res[k].code ~= 0 then error("firewalld: cannot list the cargoship policies (exit "
+        .. tostring(res[k].code) .. ")", 0) end
+    end
+    st.policies = policies.parse(out_of(res, "policies"))
+    st.policies_runtime = policies.parse(out_of(res, "policies_rt"))
     plan.previous = file_of(res, "previous")
   end
   plan.state = st

@@ -114,9 +114,6 @@ describe("firewall: the operator's rules and cargoship's SSH session", function(
     assert.equal('rule family="ipv4" source address="192.0.2.0/24" port port="9100" protocol="tcp" accept',
       firewall.rich_rule { action = "allow", source = "192.0.2.0/24", protocol = "tcp", port = "9100" })
     assert.equal('rule protocol value="sctp" reject', firewall.rich_rule { action = "reject", protocol = "sctp" })
-    assert.same({ nil, 'firewall rule "o": direction out on firewalld needs a policy object, which this build does not'
-      .. " write (inbound rules only)" }, { firewall.actions("firewalld", { rules = { { name = "o", action = "deny",
-      direction = "out" } } }) })
     assert.same({ nil, 'firewall rule "x": source "10.0.0.1; reboot" is not an address or CIDR' },
       { firewall.actions("nftables", { rules = { { name = "x", action = "deny", source = "10.0.0.1; reboot" } } }) })
   end)
@@ -124,5 +121,167 @@ describe("firewall: the operator's rules and cargoship's SSH session", function(
     local b, why = firewall.choose(nil, { firewalld = "stopped", ufw = "absent", nftables = "usable", zones = {} })
     assert.is_nil(b)
     assert.matches("firewalld is installed but not running: nothing is written beneath it", why, 1, true)
+  end)
+end)
+
+-- firewalld's own words for policies (`firewall-cmd --info-policy`, firewalld 1.3.3 in the lab)
+local INFO_OUT = "policy=cargoship-out\ncargoship-out (active)\n  priority: -1\n  target: CONTINUE\n"
+  .. "  ingress-zones: HOST\n  egress-zones: ANY\n  services: \n  ports: \n  protocols: \n  masquerade: no\n"
+  .. "  forward-ports: \n  source-ports: \n  icmp-blocks: \n  rich rules: \n"
+  .. '\trule priority="1" family="ipv4" destination address="10.0.0.9" port port="30081" protocol="tcp" reject\n'
+  .. '\trule priority="2" family="ipv6" destination address="fd00::9" drop\n'
+
+describe("firewall actions: firewalld out and forward rules as policies", function()
+  local policies = require "cargoship.os.firewalld_policies"
+  local OUT = { { name = "no-9", action = "reject", direction = "out", destination = "10.0.0.9", protocol = "tcp",
+                  port = "30081" },
+                { name = "v6", action = "deny", direction = "out", destination = "fd00::9" } }
+  local FWD = { name = "http", action = "allow", direction = "forward", ingress = "public", egress = "trusted",
+                protocol = "tcp", port = "80" }
+  local function plan(rules, st)
+    return { trust = { "10.0.0.2" }, rules = rules, state = st }
+  end
+  local function converged(extra)
+    local st = { files = { ["/etc/firewalld/ipsets/cargoship-trusted.xml"] =
+      '<?xml version="1.0" encoding="utf-8"?>\n<ipset type="hash:net">\n  <short>cargoship-trusted</short>\n'
+      .. "  <entry>10.0.0.2</entry>\n</ipset>\n" },
+      ipset_entries = { ["cargoship-trusted"] = "10.0.0.2", ["cargoship-trusted6"] = "" },
+      trusted_sources = "ipset:cargoship-trusted\n", trusted_sources_runtime = "ipset:cargoship-trusted\n",
+      public_services = "ssh", public_services_runtime = "ssh",
+      policies = policies.parse(INFO_OUT), policies_runtime = policies.parse(INFO_OUT) }
+    for k, v in pairs(extra or {}) do st[k] = v end
+    return st
+  end
+
+  it("reads firewalld's --info-policy output", function()
+    assert.same({ ["cargoship-out"] = { target = "CONTINUE", ingress = { "HOST" }, egress = { "ANY" }, rules = {
+      'rule priority="1" family="ipv4" destination address="10.0.0.9" port port="30081" protocol="tcp" reject',
+      'rule priority="2" family="ipv6" destination address="fd00::9" drop' } } }, policies.parse(INFO_OUT))
+  end)
+
+  it("creates cargoship-out (HOST -> ANY) and one cargoship-fwd policy per zone pair, rules in file order", function()
+    local acts = assert(firewall.actions("firewalld", plan({ OUT[1], FWD, OUT[2] }, converged {
+      policies = {}, policies_runtime = {} })))
+    local cmds = {}
+    for i, a in ipairs(acts) do cmds[i] = a.cmd end
+    local fwd = policies.forward_name("public", "trusted")
+    assert.matches("^cargoship%-fwd%-%x%x%x%x$", fwd)
+    assert.same({
+      "firewall-cmd --permanent --new-policy='cargoship-out'",
+      "firewall-cmd --permanent --policy='cargoship-out' --add-ingress-zone='HOST'",
+      "firewall-cmd --permanent --policy='cargoship-out' --add-egress-zone='ANY'",
+      "firewall-cmd --permanent --policy='cargoship-out' --add-rich-rule='rule priority=\"1\" family=\"ipv4\" "
+        .. "destination address=\"10.0.0.9\" port port=\"30081\" protocol=\"tcp\" reject'",
+      "firewall-cmd --permanent --policy='cargoship-out' --add-rich-rule='rule priority=\"2\" family=\"ipv6\" "
+        .. "destination address=\"fd00::9\" drop'",
+      "firewall-cmd --permanent --new-policy='" .. fwd .. "'",
+      "firewall-cmd --permanent --policy='" .. fwd .. "' --add-ingress-zone='public'",
+      "firewall-cmd --permanent --policy='" .. fwd .. "' --add-egress-zone='trusted'",
+      "firewall-cmd --permanent --policy='" .. fwd .. "' --add-rich-rule='rule priority=\"1\" port port=\"80\" "
+        .. "protocol=\"tcp\" accept'",
+      "firewall-cmd --reload",
+    }, cmds)
+    assert.matches("create firewalld policy cargoship-out (HOST -> ANY)", acts[1].say, 1, true)
+  end)
+
+  it("has nothing to do when the policies hold the rules, permanently and at runtime", function()
+    assert.same({}, assert(firewall.actions("firewalld", plan(OUT, converged()))))
+  end)
+
+  it("reloads only when the running firewall lags the permanent policies", function()
+    local acts = assert(firewall.actions("firewalld", plan(OUT, converged { policies_runtime = {} })))
+    assert.same({ "firewall-cmd --reload" }, { acts[1].cmd, acts[2] })
+  end)
+
+  it("removes a dropped rule from its policy, and deletes a policy no rule calls for any more", function()
+    local acts = assert(firewall.actions("firewalld", plan({ OUT[1] }, converged())))
+    assert.equal("firewall-cmd --permanent --policy='cargoship-out' --remove-rich-rule='rule priority=\"2\" "
+      .. "family=\"ipv6\" destination address=\"fd00::9\" drop'", acts[1].cmd)
+    assert.equal("firewall-cmd --reload", acts[2].cmd)
+    assert.equal(2, #acts)
+    local gone = assert(firewall.actions("firewalld", plan({}, converged())))
+    assert.same({ "firewall-cmd --permanent --delete-policy='cargoship-out'", "firewall-cmd --reload" },
+      { gone[1].cmd, gone[2].cmd })
+    assert.matches("delete firewalld policy cargoship-out", gone[1].say, 1, true)
+    -- a policy of someone else's is not ours to delete
+    local other = converged { policies = { ["allow-host-ipv6"] = policies.parse(INFO_OUT)["cargoship-out"] },
+                              policies_runtime = {} }
+    assert.same({}, assert(firewall.actions("firewalld", plan({}, other))))
+  end)
+
+  it("fixes a policy's zones and target when someone changed them", function()
+    local bent = policies.parse(INFO_OUT)
+    bent["cargoship-out"].target, bent["cargoship-out"].egress = "DROP", { "public" }
+    local acts = assert(firewall.actions("firewalld", plan(OUT, converged { policies = bent })))
+    local cmds = {}
+    for i, a in ipairs(acts) do cmds[i] = a.cmd end
+    assert.same({ "firewall-cmd --permanent --policy='cargoship-out' --set-target=CONTINUE",
+                  "firewall-cmd --permanent --policy='cargoship-out' --remove-egress-zone='public'",
+                  "firewall-cmd --permanent --policy='cargoship-out' --add-egress-zone='ANY'",
+                  "firewall-cmd --reload" }, cmds)
+  end)
+end)
+
+describe("firewall actions: what the cluster file dropped is removed", function()
+  local SVC = "/etc/firewalld/services/distro-exposed-ports.xml"
+  it("firewalld: the exposed-ports service leaves zone public and its file goes when no port is left", function()
+    local st = { files = { [SVC] = "<service/>\n" }, public_services = "ssh distro-exposed-ports",
+                 public_services_runtime = "ssh distro-exposed-ports", policies = {}, policies_runtime = {} }
+    local acts = assert(firewall.actions("firewalld", { trust = {}, ports = {}, state = st }))
+    assert.same({ "run", "remove", "run" }, kinds(acts))
+    assert.equal("firewall-cmd --permanent --zone=public --remove-service='distro-exposed-ports'", acts[1].cmd)
+    assert.matches("close the exposed ports", acts[1].say, 1, true)
+    assert.equal(SVC, acts[2].path)
+    assert.equal("firewall-cmd --reload", acts[3].cmd)
+    -- already gone from the zone and the disk: nothing
+    st.files, st.public_services, st.public_services_runtime = {}, "ssh", "ssh"
+    assert.same({}, assert(firewall.actions("firewalld", { trust = {}, ports = {}, state = st })))
+  end)
+  it("firewalld: a port dropped from .host.ports rewrites the service and reloads", function()
+    local st = { files = { [SVC] = '<?xml version="1.0" encoding="utf-8"?>\n<service>\n'
+      .. '  <short>distro-exposed-ports</short>\n  <port protocol="tcp" port="6443"/>\n'
+      .. '  <port protocol="tcp" port="30080"/>\n</service>\n' },
+      public_services = "distro-exposed-ports", public_services_runtime = "distro-exposed-ports",
+      policies = {}, policies_runtime = {} }
+    local acts = assert(firewall.actions("firewalld", { trust = {}, ports = { { port = "6443", protocol = "tcp" } },
+                                                        state = st }))
+    assert.same({ "write", "run" }, kinds(acts))
+    assert.is_nil(acts[1].content:find("30080", 1, true))
+    assert.equal("firewall-cmd --reload", acts[2].cmd)
+  end)
+  it("ufw: a port dropped from the profile is rewritten and reloaded, as `ufw app update` does not", function()
+    local st = { added = "ufw allow cargoship-ports comment 'cargoship:ports'\n",
+                 app = "[cargoship-ports]\ntitle=cargoship exposed ports\ndescription=ports the cluster file opens "
+                   .. "(.host.ports)\nports=6443/tcp|30083/tcp\n" }
+    local acts = assert(firewall.actions("ufw", { trust = {}, ports = { { port = "6443", protocol = "tcp" } },
+                                                  previous = "allow cargoship-ports\n", state = st }))
+    assert.same({ "write", "run", "run" }, kinds(acts))
+    assert.matches("\nports=6443/tcp\n", acts[1].content, 1, true)
+    assert.same({ "ufw app update 'cargoship-ports'", "ufw reload" }, { acts[2].cmd, acts[3].cmd })
+  end)
+  it("ufw: the profile's rule is deleted, then the profile itself", function()
+    local acts = assert(firewall.actions("ufw", { trust = {}, ports = {}, previous = "allow cargoship-ports\n",
+      state = { added = "ufw allow cargoship-ports comment 'cargoship:ports'\n",
+                app = "[cargoship-ports]\n" } }))
+    assert.same({ "'ufw' 'delete' 'allow' 'cargoship-ports'", "/etc/ufw/applications.d/cargoship",
+                  "/var/lib/cargoship/ufw.rules", "", "0700" },
+                { acts[1].cmd, acts[2].path, acts[3].path, acts[3].content, acts[3].dir_mode })
+    assert.equal("remove", acts[2].kind)
+  end)
+  it("nftables: the table is rendered from the plan alone, so a dropped port or rule is gone", function()
+    local text = assert(firewall.nftables_ruleset { trust = {}, ports = {} })
+    assert.is_nil(text:find("dport", 1, true))
+  end)
+end)
+
+describe("nftables out and forward rules", function()
+  it("let replies pass first, so no out rule cuts cargoship's SSH session", function()
+    local text = assert(firewall.nftables_ruleset { trust = {}, rules = {
+      { name = "lock", action = "deny", direction = "out" },
+      { name = "f", action = "reject", direction = "forward", ingress = "eth0", egress = "eth1" } } })
+    assert.matches("hook output priority filter; policy accept;\n    ct state established,related accept\n"
+      .. '    drop comment "cargoship:lock"', text, 1, true)
+    assert.matches("hook forward priority filter; policy accept;\n    ct state established,related accept\n"
+      .. '    iifname "eth0" oifname "eth1" reject comment "cargoship:f"', text, 1, true)
   end)
 end)
