@@ -16,6 +16,7 @@ local M = {}
 local join, describe, quote, kind_of = errors.join, errors.describe, errors.quote, errors.kind_of
 
 local function lua_char(c) return c:match("%w") and c or ("%" .. c) end
+local ESCAPES = { d = "%d", s = "%s", n = "\n", r = "\r", t = "\t" }
 
 -- A JSON Schema regex of the subset above -> the Lua pattern that matches the same strings.
 -- Anything outside the subset (groups, alternation, '.') raises: a rule the check cannot
@@ -35,7 +36,7 @@ function M.lua_pattern(re)
         if ch == "\\" then
           j = j + 1
           ch = re:sub(j, j)
-          set[#set + 1] = ch == "d" and "%d" or lua_char(ch)
+          set[#set + 1] = ESCAPES[ch] or lua_char(ch)
         elseif re:sub(j + 1, j + 1) == "-" and j + 2 <= #re and re:sub(j + 2, j + 2) ~= "]" then
           set[#set + 1] = ch .. "-" .. re:sub(j + 2, j + 2)
           j = j + 2
@@ -48,7 +49,7 @@ function M.lua_pattern(re)
       atom, i = table.concat(set), j + 1
     elseif c == "\\" then
       local n = re:sub(i + 1, i + 1)
-      atom, i = n == "d" and "%d" or n == "s" and "%s" or lua_char(n), i + 2
+      atom, i = ESCAPES[n] or lua_char(n), i + 2
     elseif c == "*" or c == "+" or c == "?" then
       assert(last, "rules: a quantifier with nothing before it in " .. re)
       out[#out + 1], i, last = c, i + 1, nil
@@ -96,7 +97,7 @@ function M.number(opts) return { kind = "number", doc = opts and opts.doc } end
 -- Any value at all (free-form sections), or any mapping.
 function M.any(opts) return { kind = "any", doc = opts and opts.doc } end
 function M.any_map(opts) return { kind = "any_map", doc = opts and opts.doc } end
--- opts: unique, min (items)
+-- opts: unique (scalar items), unique_by (a field of mapping items), min (items)
 function M.list(items, opts)
   local r = { kind = "list", items = items }
   for k, v in pairs(opts or {}) do r[k] = v end
@@ -113,14 +114,22 @@ end
 -- hints = {key = "why"} for keys that belong elsewhere, check = function(ctx, map, path)
 -- for cross-field rules (reports through ctx.errs itself).
 function M.object(fields, opts)
-  local r = { kind = "object", fields = fields, by_name = {}, names = {} }
+  local r = { kind = "object", fields = fields }
   for k, v in pairs(opts or {}) do r[k] = v end
+  local seen = {}
   for i, f in ipairs(fields) do
     assert(type(f[1]) == "string" and type(f[2]) == "table", "rules: field " .. i .. " needs a name and a rule")
-    assert(not r.by_name[f[1]], "rules: field " .. f[1] .. " is listed twice")
-    r.by_name[f[1]], r.names[i] = f, f[1]
+    assert(not seen[f[1]], "rules: field " .. f[1] .. " is listed twice")
+    seen[f[1]] = true
   end
   return r
+end
+
+-- An object rule's field named `name` ({name, rule, required = ...}), or nil.
+function M.field(r, name)
+  for _, f in ipairs(r.fields) do
+    if f[1] == name then return f end
+  end
 end
 -- The first alternative whose kind fits the value's (string, integer, number, mapping, list)
 -- checks it. alternatives: rules of distinct kinds.
@@ -179,7 +188,13 @@ function CHECK.integer(ctx, c, k, path, r)
   return v ~= nil and code_check(ctx, c, k, path, r, v) or nil
 end
 
-function CHECK.boolean(ctx, c, k, path) return check.boolean(ctx, c, k, path) end
+-- YAML 1.1 spellings (yes/no/on/off) are taken, as the Go tool's YAML library takes them, and
+-- written back as booleans, so no reader of the document mistakes the string "no" for true.
+function CHECK.boolean(ctx, c, k, path)
+  local v = check.boolean(ctx, c, k, path)
+  if v ~= nil then c[k] = v end
+  return v
+end
 
 function CHECK.number(ctx, c, k, path)
   local v = c[k]
@@ -200,12 +215,13 @@ function CHECK.list(ctx, c, k, path, r)
   for i = 1, #v do
     if check.present(v, i) then
       local item = check_value(ctx, v, i, lpath, r.items)
-      if r.unique and item ~= nil and type(item) ~= "table" then
-        if seen[item] then
-          ctx.errs:at_value(v, i, join(lpath, i), string.format("%s is listed twice (first at %s)", describe(item),
-            join(lpath, seen[item])))
+      local key = r.unique_by and type(item) == "table" and item[r.unique_by] or item
+      if (r.unique or r.unique_by) and key ~= nil and type(key) ~= "table" then
+        if seen[key] then
+          ctx.errs:at_value(v, i, join(lpath, i), string.format("%s%s is listed twice (first at %s)",
+            r.unique_by and (r.unique_by .. " ") or "", describe(key), join(lpath, seen[key])))
         end
-        seen[item] = seen[item] or i
+        seen[key] = seen[key] or i
       end
     else
       ctx.errs:at_value(v, i, join(lpath, i), "expected " .. M.expected(r.items) .. ", got null")
@@ -233,7 +249,9 @@ end
 
 -- The fields of mapping m (at path mpath) against object rule r.
 function M.check_object(ctx, m, mpath, r)
-  check.fields(ctx, m, mpath, r.names, r.hints)
+  local names = {}
+  for i, f in ipairs(r.fields) do names[i] = f[1] end
+  check.fields(ctx, m, mpath, names, r.hints)
   for _, f in ipairs(r.fields) do
     local name, rule = f[1], f[2]
     if check.present(m, name) then check_value(ctx, m, name, mpath, rule)

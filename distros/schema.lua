@@ -101,16 +101,18 @@ local SELINUX = R.object({
     { "name", R.string({ pattern = "^[a-zA-Z0-9][a-zA-Z0-9_-]*$", expect = "a module name" }), required = true },
     { "priority", R.integer({ min = 1, max = 999 }) },
     { "cil", R.string({ nonempty = true }), required = true },
-  }, { name = "selinux_module" })) },
+  }, { name = "selinux_module" }), { unique_by = "name" }) },
   { "booleans", R.map(R.boolean(), { key_pattern = "^[A-Za-z0-9_]+$", key_expect = "an SELinux boolean name" }) },
   { "fileContexts", R.list(R.object({
-    { "path", R.string({ pattern = "^/", expect = "an absolute path regex" }), required = true },
+    { "path", R.string({ pattern = "^/[^\\n]*$", expect = "an absolute path regex on one line" }), required = true },
     { "type", R.string({ pattern = "^[A-Za-z0-9_]+$", expect = "an SELinux type name" }), required = true },
     { "fileType", R.enum(M.FILE_TYPES) },
   }, { name = "selinux_file_context" })) },
 }, { name = "selinux" })
 
-local SCALAR = R.any_of({ R.string(), R.number(), R.boolean() })
+-- sysctl and environment values: one line of text (a number or boolean is taken as its text)
+local SCALAR = R.any_of({ R.string({ pattern = "^[^\\n\\r]*$", expect = "a value on one line" }), R.number(),
+  R.boolean() })
 
 local OS = R.object({
   { "sysctl", R.map(SCALAR, { key_pattern = "^[A-Za-z0-9_][A-Za-z0-9_./-]*$", key_expect = "a sysctl name" }) },
