@@ -210,9 +210,10 @@ function M.verify(dir, doc)
     end
     if not present[p] then return nil, string.format("spec.values.files[%d]: %s is not in the package", i - 1, p) end
   end
-  local schema = field(doc, "spec", "values", "schema")
-  if schema ~= nil and not M.safe_relative(schema) then
-    return nil, "spec.values.schema: " .. tostring(schema) .. " leaves the package (must be relative, without '..')"
+  local values_schema = field(doc, "spec", "values", "schema")
+  if values_schema ~= nil and not M.safe_relative(values_schema) then
+    return nil, "spec.values.schema: " .. tostring(values_schema)
+      .. " leaves the package (must be relative, without '..')"
   end
   -- every file entry's staged copy is there
   for _, which in ipairs({ "files", "os" }) do
@@ -268,8 +269,8 @@ function M.read(path)
   local d = pick(docs)
   if not d then return fail(yaml_path .. ": no document with kind: ZarfDistro") end
   -- the whole document by the rules `cargoship schema distro` publishes, every mistake located
-  local why = M.check(docs, yaml_path)
-  if why then return fail(why) end
+  local mistakes = M.check(docs, yaml_path)
+  if mistakes then return fail(mistakes) end
   local t, v = field(d, "spec", "type"), field(d, "spec", "version")
   local sums = io.open(dir .. "/checksums.txt", "rb")
   if sums then sums:close() end

@@ -1,4 +1,4 @@
--- distros.schema: the rules of a distro file (kind: ZarfDistro), as data: they check every loaded distro.yaml and write `cargoship schema distro`.
+-- distros.schema: the distro file's (ZarfDistro) rules as data; they check every distro.yaml and write its schema.
 --
 -- M.ROOT is the rule tree (distros.rules) of distro-package.md §2-§10. M.check(doc, file)
 -- reports every mistake at file:line:col with its path, as the cluster loader does;

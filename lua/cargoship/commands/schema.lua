@@ -1,4 +1,4 @@
--- cargoship.commands.schema: prints the JSON Schema of the cluster file or the distro file, generated from the loaders' rules.
+-- cargoship.commands.schema: prints the JSON Schema of the cluster or the distro file, from the loaders' own rules.
 local args = require "cargoship.cli.args"
 
 local M = {}

@@ -115,14 +115,16 @@ describe("cargoship schema distro", function()
 
   -- every distro.yaml the repository holds, and one written by `package create`
   local function repo_distros()
-    local files = listing("contrib/lab-distros/*/distro.yaml contrib/examples/distro.yaml tests/fixtures/distros/*.yaml")
+    local files = listing("contrib/lab-distros/*/distro.yaml contrib/examples/distro.yaml "
+      .. "tests/fixtures/distros/*.yaml")
     local out = {}
     for _, f in ipairs(files) do if f ~= FIVE then out[#out + 1] = f end end
     return out
   end
 
   local function built_distro(dir)
-    write(dir .. "/distro.yaml", "kind: ZarfDistro\nmetadata: {name: built, version: 1.35.2-k3s1, architectures: [amd64, arm64]}\n"
+    write(dir .. "/distro.yaml", "kind: ZarfDistro\n"
+      .. "metadata: {name: built, version: 1.35.2-k3s1, architectures: [amd64, arm64]}\n"
       .. "spec:\n  type: k3s\n  version: 1.35.2-k3s1\n  config:\n    files:\n"
       .. "      - {name: motd, data: \"hello\\n\", target: /etc/motd, perm: \"0644\"}\n"
       .. "    os:\n      files:\n        - {data: \"#!/bin/sh\\n\", target: /usr/local/bin/k3s, executable: true,"
@@ -193,7 +195,8 @@ describe("cargoship schema distro", function()
     assert.is_nil(dschema.json_schema()["$defs"].metadata.properties.colour)
     table.insert(meta.fields, { "colour", rules.enum({ "teal", "ochre" }) })
     local ok, e = pcall(function()
-      assert.same({ type = "string", enum = { "teal", "ochre" } }, dschema.json_schema()["$defs"].metadata.properties.colour)
+      assert.same({ type = "string", enum = { "teal", "ochre" } },
+        dschema.json_schema()["$defs"].metadata.properties.colour)
       assert.is_nil(dschema.check(docs[1], "one.yaml"))
       local bad = require("cargoship.yaml").load((doc:gsub("teal", "blue")), "one.yaml")
       assert.matches('metadata.colour: expected one of "teal", "ochre", got string "blue"',
@@ -211,7 +214,8 @@ describe("cargoship schema distro", function()
   it("writes each pattern as one regex that Lua and the real validator read alike", function()
     local cases = {
       { "^[a-z0-9][a-z0-9-]*$", { "a", "rke2-x", "0a-" }, { "", "-a", "A", "a_b", "a b" } },
-      { "^[0-9a-fA-F]{64}$", { ("ab"):rep(32), ("F0"):rep(32) }, { ("ab"):rep(31), ("ab"):rep(32) .. "a", ("g"):rep(64) } },
+      { "^[0-9a-fA-F]{64}$", { ("ab"):rep(32), ("F0"):rep(32) },
+        { ("ab"):rep(31), ("ab"):rep(32) .. "a", ("g"):rep(64) } },
       { "^[A-Za-z0-9_][A-Za-z0-9_./-]*$", { "net.ipv4.ip_forward", "a/b-c" }, { ".x", "a b", "" } },
       { "^[0-7]?[0-7]{3}$", { "644", "0755" }, { "0800", "12345", "64" } },
       { "^\\.", { ".a.b" }, { "a.b", "" } },

@@ -202,7 +202,8 @@ describe("loading and verifying a package", function()
 
   it("names a target path traversal and a values path leaving the package", function()
     edit_yaml(dir, function(d) d.spec.config.files[2].target = "/etc/../../root/x" end)
-    refused("spec%.config%.files%[1%]%.target: must be an absolute path without '%.%.', got string \"/etc/%.%./%.%./root/x\"")
+    refused("spec%.config%.files%[1%]%.target: must be an absolute path without '%.%.', "
+      .. "got string \"/etc/%.%./%.%./root/x\"")
     edit_yaml(dir, function(d)
       d.spec.config.files[2].target = "/etc/hello.txt"
       d.spec.values.files = { "../../values.yaml" }
@@ -212,7 +213,8 @@ describe("loading and verifying a package", function()
 
   it("names a bad perm", function()
     edit_yaml(dir, function(d) d.spec.config.files[1].perm = "0999" end)
-    refused("distro%.yaml:%d+:%d+: spec%.config%.files%[0%]%.perm: expected an octal mode such as \"0644\", got string \"0999\"")
+    refused("distro%.yaml:%d+:%d+: spec%.config%.files%[0%]%.perm: expected an octal mode such as \"0644\", "
+      .. "got string \"0999\"")
   end)
 
   it("refuses a symbolic link inside the package", function()

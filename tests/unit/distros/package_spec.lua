@@ -71,7 +71,8 @@ spec:
       pkg.os.selinux.modules)
     assert.same({ { path = "/var/lib/rancher(/.*)?", type = "container_var_lib_t", file_type = "all" } },
       pkg.os.selinux.file_contexts)
-    assert.same({ index = 1, target = "/tmp/container-selinux.rpm", basename = "container-selinux.rpm", sha256 = ("ab"):rep(32),
+    assert.same({ index = 1, target = "/tmp/container-selinux.rpm", basename = "container-selinux.rpm",
+      sha256 = ("ab"):rep(32),
                   package = "rpm", source = dir .. "/os/0/container-selinux.rpm" }, pkg.os.files[1])
     local bad = write("bad-os.yaml", HEAD .. [[
 metadata: {name: o}
@@ -128,7 +129,8 @@ spec:
     d, why = package_reader.read(write("bad-version.yaml", HEAD .. "metadata: {name: t}\nspec: {type: rke2}\n"))
     assert.is_nil(d)
     assert.matches('bad-version.yaml:4:7: spec: missing required field "version"', why, 1, true)
-    d, why = package_reader.read(write("bad-version.yaml", HEAD .. "metadata: {name: t}\nspec: {type: rke2, version: one}\n"))
+    d, why = package_reader.read(write("bad-version.yaml", HEAD
+      .. "metadata: {name: t}\nspec: {type: rke2, version: one}\n"))
     assert.is_nil(d)
     assert.matches('spec.version: expected a version like 1.35.4-rke2r1, got string "one"', why, 1, true)
     d, why = package_reader.read(write("cluster.yaml", "kind: ZarfCluster\n"))
