@@ -70,6 +70,9 @@ describe("cargoship sha256sum of URLs", function()
     assert(os.execute("truncate -s 64M " .. q(dir .. "/www/big")))
     assert(os.execute("openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -days 1 -keyout "
       .. q(dir .. "/key.pem") .. " -out " .. q(dir .. "/cert.pem") .. " >/dev/null 2>&1"))
+    assert(os.execute("mkdir -p " .. q(dir .. "/tree/bin") .. " && printf 'the engine\\n' > "
+      .. q(dir .. "/tree/bin/rke2") .. " && tar -czf " .. q(dir .. "/www/rke2.tar.gz") .. " -C "
+      .. q(dir .. "/tree") .. " bin/rke2"))
     http, https = serve(dir), serve(dir, true)
   end)
   teardown(function()
@@ -138,6 +141,22 @@ describe("cargoship sha256sum of URLs", function()
     p:close()
     assert.matches("http://no-such-host.invalid/x: cannot resolve the host name (DNS): ", out, 1, true)
     assert.matches("exit 1\n", out, 1, true)
+  end)
+
+  it("-e MEMBER hashes one member of an archive, local or fetched (as the Go tool's --extract-path)", function()
+    local want = util.sha256("the engine\n")
+    local code, out = support.run({ "sha256sum", "-e", "bin/rke2", url("/rke2.tar.gz") })
+    assert.same({ 0, want .. "\n" }, { code, out })
+    code, out = support.run({ "sha256sum", "--extract-path", "bin/rke2", dir .. "/www/rke2.tar.gz" })
+    assert.same({ 0, want .. "\n" }, { code, out })
+    local err
+    code, out, err = support.run({ "sha256sum", "-e", "bin/k3s", url("/rke2.tar.gz") })
+    assert.same({ 1, "" }, { code, out })
+    assert.matches(url("/rke2.tar.gz") .. ": --extract-path bin/k3s: ", err, 1, true)
+    -- nothing is left behind in the temporary directory
+    local p = assert(io.popen("ls -d \"${TMPDIR:-/tmp}\"/cargoship-sum.* 2>/dev/null | wc -l"))
+    assert.equal("0", p:read("l"))
+    p:close()
   end)
 
   it("refuses schemes other than http and https without running curl", function()
