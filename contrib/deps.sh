@@ -15,6 +15,7 @@ PKGS=(
   python3 python3-yaml openssl                # Debian's /usr/bin/python3 (stand-ins, mkimage.py); stand-in certs
   age ansible                                 # secrets; the Ansible baseline of the benchmarks
   python3-jsonschema                          # a real JSON Schema validator for `cargoship schema`
+  curl                                        # `cargoship sha256sum URL` fetches with it (the operator's machine)
 )
 missing=()
 for p in "${PKGS[@]}"; do

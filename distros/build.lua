@@ -185,17 +185,11 @@ function M.create(src, opts)
   local yaml = require "cargoship.yaml"
   local docs, err = yaml.load_file(yaml_path)
   if not docs then return nil, tostring(err) end
-  local doc
-  for i = 1, docs.n or #docs do if type(docs[i]) == "table" and docs[i].kind == "ZarfDistro" then doc = docs[i] end end
+  local doc = pkg.pick(docs)
   if not doc then return nil, yaml_path .. ": no document with kind: ZarfDistro" end
-  local name = field(doc, "metadata", "name")
-  if type(name) ~= "string" or not name:match("^[a-z0-9][a-z0-9-]*$") then
-    return nil, yaml_path .. ": metadata.name must match [a-z0-9][a-z0-9-]*, got " .. tostring(name)
-  end
+  local bad = pkg.check(docs, yaml_path)
+  if bad then return nil, bad end
   local version = field(doc, "metadata", "version")
-  if version ~= nil and (type(version) ~= "string" or version == ".." or version:find("[/\\]")) then
-    return nil, yaml_path .. ": metadata.version must not be '..' or contain '/' or '\\'"
-  end
   if field(doc, "spec", "actions", "onCreate") then
     return nil, yaml_path .. ": spec.actions.onCreate: build actions are not run by this build (they fetch from "
       .. "the network); stage their results as local files instead"

@@ -19,7 +19,8 @@
 -- Architectures: build.architectures (written by create, authoritative), else
 -- build.architecture, else metadata.architectures, else metadata.architecture, else amd64.
 -- os: spec.config.os checked and normalized (distros.os_config).
-local engine = require "distros.engine"
+local errors = require "cargoship.config.errors"
+local schema = require "distros.schema"
 local util = require "cargoship.util"
 
 local M = {}
@@ -39,12 +40,23 @@ local function list_of(v)
   return nil
 end
 
+-- The ZarfDistro document of a file, and its index (where its unplaced errors go).
 local function pick(docs)
   for i = 1, docs.n or #docs do
     local d = docs[i]
-    if type(d) == "table" and d.kind == "ZarfDistro" then return d end
+    if type(d) == "table" and d.kind == schema.KIND then return d, i end
   end
   return nil
+end
+M.pick = pick
+
+-- Every mistake of the ZarfDistro document of docs (loaded from file), by the rules of
+-- distros.schema -> nil | the errors as text, one "file:line:col: path: problem" a line.
+function M.check(docs, file)
+  local d, i = pick(docs)
+  if not d then return file .. ": no document with kind: ZarfDistro" end
+  local list = schema.check(d, file, { require("cargoship.yaml").where(docs, i) })
+  return list and errors.format(list) or nil
 end
 
 local function field(t, ...)
@@ -89,28 +101,9 @@ function M.safe_relative(p)
   return true
 end
 
--- A target on the host: absolute, and no ".." (a "/etc/../x" is refused rather than guessed).
-function M.safe_target(p)
-  if type(p) ~= "string" or p:sub(1, 1) ~= "/" or p:find("[%z\n]") then return false end
-  for part in p:gmatch("[^/]+") do
-    if part == ".." then return false end
-  end
-  return true
-end
-
--- perm as distro.yaml writes it ("0644", "644" or 644, read as octal digits) -> "0644" | nil, why.
--- Rules (§8): digits 0-7, greater than 0, the owner may at least read (owner digit >= 4).
-function M.perm(v)
-  if v == nil then return nil end
-  local s = type(v) == "number" and math.tointeger(v) and tostring(math.tointeger(v)) or v
-  if type(s) ~= "string" or not s:match("^[0-7]?[0-7][0-7][0-7]$") then
-    return nil, "must be an octal mode such as \"0644\", got " .. tostring(v)
-  end
-  if #s == 3 then s = "0" .. s end
-  if tonumber(s, 8) == 0 then return nil, "must be greater than 0, got " .. tostring(v) end
-  if tonumber(s:sub(2, 2)) < 4 then return nil, "the owner must be able to read the file, got " .. tostring(v) end
-  return s
-end
+-- A target on the host, and a file's perm ("0644" | nil, why): distros.schema's rules.
+M.safe_target = schema.safe_target
+M.perm = schema.perm
 
 local function basename(p) return (p:gsub("/+$", "")):match("([^/]*)$") end
 M.basename = basename
@@ -217,9 +210,10 @@ function M.verify(dir, doc)
     end
     if not present[p] then return nil, string.format("spec.values.files[%d]: %s is not in the package", i - 1, p) end
   end
-  local schema = field(doc, "spec", "values", "schema")
-  if schema ~= nil and not M.safe_relative(schema) then
-    return nil, "spec.values.schema: " .. tostring(schema) .. " leaves the package (must be relative, without '..')"
+  local values_schema = field(doc, "spec", "values", "schema")
+  if values_schema ~= nil and not M.safe_relative(values_schema) then
+    return nil, "spec.values.schema: " .. tostring(values_schema)
+      .. " leaves the package (must be relative, without '..')"
   end
   -- every file entry's staged copy is there
   for _, which in ipairs({ "files", "os" }) do
@@ -274,21 +268,10 @@ function M.read(path)
   dir = dir or (yaml_path:match("^(.*)/[^/]*$") or ".")
   local d = pick(docs)
   if not d then return fail(yaml_path .. ": no document with kind: ZarfDistro") end
+  -- the whole document by the rules `cargoship schema distro` publishes, every mistake located
+  local mistakes = M.check(docs, yaml_path)
+  if mistakes then return fail(mistakes) end
   local t, v = field(d, "spec", "type"), field(d, "spec", "version")
-  if type(t) ~= "string" or not engine.load(t) then
-    return fail(string.format("%s: spec.type must be one of %s, got %s", yaml_path,
-      table.concat(engine.TYPES, ", "), tostring(t)))
-  end
-  if type(v) ~= "string" or not engine.parse(v) then
-    return fail(string.format("%s: spec.version must be a version like 1.35.4-rke2r1, got %s", yaml_path, tostring(v)))
-  end
-  for _, k in ipairs({ "name", "version" }) do
-    local s = field(d, "metadata", k)
-    if s ~= nil and (type(s) ~= "string" or s == ".." or s:find("[/\\]")) then
-      return fail(string.format("%s: metadata.%s must not be '..' or contain '/' or '\\', got %s", yaml_path, k,
-        tostring(s)))
-    end
-  end
   local sums = io.open(dir .. "/checksums.txt", "rb")
   if sums then sums:close() end
   local built = field(d, "metadata", "aggregateChecksum") ~= nil or sums ~= nil

@@ -143,6 +143,70 @@ static int l_util_sha256_file(lua_State *L) {
   return 2;
 }
 
+/* An incremental SHA-256, for a body that arrives in pieces (a download streamed from a pipe)
+ * and is never held whole. The digest context lives in the userdata; __gc frees it. */
+#define HASHER_MT "cargoship.util.sha256_hasher"
+
+typedef struct hasher {
+  EVP_MD_CTX *ctx; /* NULL once finished */
+  lua_Integer size;
+} hasher;
+
+static hasher *check_hasher(lua_State *L) {
+  hasher *h = luaL_checkudata(L, 1, HASHER_MT);
+  if (!h->ctx) luaL_error(L, "sha256 hasher: already finished");
+  return h;
+}
+
+/* util.sha256_hasher() -> hasher with :update(s) and :finish() -> hex digest, size */
+static int l_util_sha256_hasher(lua_State *L) {
+  hasher *h = lua_newuserdatauv(L, sizeof *h, 0);
+  h->ctx = NULL;
+  h->size = 0;
+  luaL_setmetatable(L, HASHER_MT);
+  h->ctx = EVP_MD_CTX_new();
+  if (!h->ctx || !EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL)) return luaL_error(L, "sha256: libcrypto failed");
+  return 1;
+}
+
+/* hasher:update(s) -> hasher   [-0, +1, e] */
+static int l_util_hasher_update(lua_State *L) {
+  hasher *h = check_hasher(L);
+  size_t len;
+  const char *s = luaL_checklstring(L, 2, &len);
+  if (!EVP_DigestUpdate(h->ctx, s, len)) return luaL_error(L, "sha256: libcrypto failed");
+  h->size += (lua_Integer)len;
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* hasher:finish() -> hex digest, size (bytes hashed); the hasher cannot be used again */
+static int l_util_hasher_finish(lua_State *L) {
+  hasher *h = check_hasher(L);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  int ok = EVP_DigestFinal_ex(h->ctx, md, &n);
+  EVP_MD_CTX_free(h->ctx);
+  h->ctx = NULL;
+  if (!ok) return luaL_error(L, "sha256: libcrypto failed");
+  push_hex(L, md, n);
+  lua_pushinteger(L, h->size);
+  return 2;
+}
+
+static int l_util_hasher_gc(lua_State *L) {
+  hasher *h = luaL_checkudata(L, 1, HASHER_MT);
+  EVP_MD_CTX_free(h->ctx);
+  h->ctx = NULL;
+  return 0;
+}
+
+static const luaL_Reg hasher_methods[] = {
+  {"update", l_util_hasher_update},
+  {"finish", l_util_hasher_finish},
+  {NULL, NULL}
+};
+
 static const char *file_kind(mode_t m) {
   if (S_ISDIR(m)) return "a directory";
   if (S_ISFIFO(m)) return "a FIFO";
@@ -228,6 +292,7 @@ static const luaL_Reg util_funcs[] = {
   {"quote", l_util_quote},
   {"sha256", l_util_sha256},
   {"sha256_file", l_util_sha256_file},
+  {"sha256_hasher", l_util_sha256_hasher},
   {"read_regular", l_util_read_regular},
   {"now", l_util_now},
   {"isatty", l_util_isatty},
@@ -237,6 +302,13 @@ static const luaL_Reg util_funcs[] = {
 };
 
 int luaopen_cargoship_util(lua_State *L) {
+  if (luaL_newmetatable(L, HASHER_MT)) {
+    luaL_newlib(L, hasher_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_util_hasher_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
   luaL_newlib(L, util_funcs);
   return 1;
 }

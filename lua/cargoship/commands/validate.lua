@@ -4,9 +4,9 @@ local json_lib = require "cargoship.json"
 local M = {}
 
 M.name = "validate"
-M.summary = "check a cluster file and summarise the cluster it describes"
+M.summary = "check a cluster file (or a distro file) and summarise what it describes"
 M.usage = [[
-Usage: cargoship validate [options] CLUSTER [CLUSTER...]
+Usage: cargoship validate [options] FILE [FILE...]
 
 Loads the cluster file CLUSTER (kind: ZarfCluster) and checks it completely, touching no
 host. Every mistake is reported, one line each as FILE:LINE:COL: FIELD: problem, followed
@@ -24,6 +24,12 @@ and exec refuse it before connecting anywhere) is always reported; a host profil
 spec.config.profiles does not define (it only names the node-role label, as in the Go
 tool) is reported under --verbose.
 
+A distro file (distro.yaml, kind: ZarfDistro) is checked too, as the Go tool's validate
+does, by the rules every distro.yaml cargoship loads is checked by (the same rules
+`cargoship schema distro` publishes); its summary is the package name and engine. In JSON
+its object is {"file", "kind": "ZarfDistro", "valid", "errors", "distro": {"name", "type",
+"version"} | null}.
+
 With --output json, stdout carries one object for machines (a JSON array of them, in
 order, when several files are given):
   {"file", "valid": true|false, "errors": [{"file", "line", "col", "path", "message", "text"}...],
@@ -32,7 +38,7 @@ M.options = {
   { long = "output", value = "FORMAT", check = { "text", "json" }, default = "text",
     help = "text for people, json for machines" },
 }
-M.arguments = { { name = "CLUSTER" }, { name = "CLUSTER...", optional = true, rest = true } }
+M.arguments = { { name = "FILE" }, { name = "FILE...", optional = true, rest = true } }
 
 -- The loader is written alongside this command; until it is in the build, say so instead
 -- of failing with a Lua error. A loader that exists but fails to load is a bug, and raises.
@@ -145,7 +151,43 @@ function M.json_report(cluster, errors, path)
   return json({ file = path, valid = cluster ~= nil and #list == 0, errors = list, cluster = summary }) .. "\n"
 end
 
+-- A distro file (a ZarfDistro document and no ZarfCluster one) -> its document and index, or nil.
+local function distro_document(path)
+  local docs = require("cargoship.yaml").load_file(path)
+  if type(docs) ~= "table" then return nil end
+  for j = 1, docs.n or #docs do
+    if type(docs[j]) == "table" and docs[j].kind == "ZarfCluster" then return nil end
+  end
+  local d, i = require("distros.package").pick(docs)
+  if d then return docs, d, i end
+end
+
+-- The Go tool's validate takes distro files too, by their kind: checked by the same rules as
+-- every distro.yaml cargoship loads (distros/schema.lua).
+local function validate_distro(ctx, path, output, docs, d, i)
+  local errors = require("distros.schema").check(d, path, { require("cargoship.yaml").where(docs, i) }) or {}
+  local spec = type(d.spec) == "table" and d.spec or {}
+  local summary = #errors == 0 and { name = type(d.metadata) == "table" and d.metadata.name or nil,
+    type = spec.type, version = spec.version } or nil
+  if output == "json" then
+    local list = array({})
+    for _, e in ipairs(errors) do
+      list[#list + 1] = { file = e.file, line = e.line, col = e.col, path = e.path, message = e.message, text = e.text }
+    end
+    return #errors == 0, json({ file = path, kind = "ZarfDistro", valid = #errors == 0, errors = list,
+      distro = summary or NULL }) .. "\n"
+  elseif summary then
+    ctx.stdout:write(path, " is valid.\n", "distro:     ", tostring(summary.name), "\n",
+      "engine:     ", tostring(summary.type), " ", tostring(summary.version), "\n")
+  else
+    M.report_errors(ctx, path, errors)
+  end
+  return #errors == 0
+end
+
 local function validate_one(ctx, path, output)
+  local docs, d, i = distro_document(path)
+  if docs then return validate_distro(ctx, path, output, docs, d, i) end
   local cluster, errors = M.load(ctx, path)
   if not cluster and not errors then return nil end
   local valid = cluster ~= nil and #(errors or {}) == 0

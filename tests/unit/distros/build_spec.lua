@@ -138,13 +138,14 @@ describe("cargoship package create", function()
     local base = read(root .. "/src/distro.yaml")
     write(root .. "/src/distro.yaml", (base:gsub("/etc/hello.txt", "/etc/../root/.ssh/authorized_keys")))
     local _, err = rebuild(root)
-    assert.matches("spec.config.files%[1%]%.target: /etc/%.%./root/%.ssh/authorized_keys must be an absolute path", err)
+    assert.matches("distro%.yaml:%d+:%d+: spec%.config%.files%[1%]%.target: must be an absolute path without '%.%.', "
+      .. 'got string "/etc/%.%./root/%.ssh/authorized_keys"', err)
     write(root .. "/src/distro.yaml", (base:gsub('perm: "0640"', 'perm: "0044"')))
     _, err = rebuild(root)
     assert.matches('spec.config.files%[0%]%.perm: the owner must be able to read the file, got 0044', err)
     write(root .. "/src/distro.yaml", (base:gsub('perm: "0640"', 'perm: "0948"')))
     _, err = rebuild(root)
-    assert.matches('spec.config.files%[0%]%.perm: must be an octal mode', err)
+    assert.matches('spec.config.files%[0%]%.perm: expected an octal mode', err)
     write(root .. "/src/distro.yaml", (base:gsub("/usr/local/bin/rke2", "/var/lib/rancher/rke2/rke2-selinux.rpm")))
     _, err = rebuild(root)
     assert.matches("spec%.config%.os%.files%[0%]: a %.rpm under selector%.package binary would only be copied, "
@@ -201,7 +202,8 @@ describe("loading and verifying a package", function()
 
   it("names a target path traversal and a values path leaving the package", function()
     edit_yaml(dir, function(d) d.spec.config.files[2].target = "/etc/../../root/x" end)
-    refused("spec%.config%.files%[1%]%.target: /etc/%.%./%.%./root/x must be an absolute path without '%.%.'")
+    refused("spec%.config%.files%[1%]%.target: must be an absolute path without '%.%.', "
+      .. "got string \"/etc/%.%./%.%./root/x\"")
     edit_yaml(dir, function(d)
       d.spec.config.files[2].target = "/etc/hello.txt"
       d.spec.values.files = { "../../values.yaml" }
@@ -211,7 +213,8 @@ describe("loading and verifying a package", function()
 
   it("names a bad perm", function()
     edit_yaml(dir, function(d) d.spec.config.files[1].perm = "0999" end)
-    refused("spec%.config%.files%[0%]%.perm: must be an octal mode such as \"0644\", got 0999")
+    refused("distro%.yaml:%d+:%d+: spec%.config%.files%[0%]%.perm: expected an octal mode such as \"0644\", "
+      .. "got string \"0999\"")
   end)
 
   it("refuses a symbolic link inside the package", function()

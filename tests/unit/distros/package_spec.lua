@@ -61,7 +61,7 @@ spec:
         fileContexts: [{path: "/var/lib/rancher(/.*)?", type: container_var_lib_t}]
       files:
         - {source: rpms/container-selinux-2.229.0-1.el9.noarch.rpm, target: /tmp/container-selinux.rpm,
-           shasum: abc, selector: {package: rpm}}
+           shasum: abababababababababababababababababababababababababababababababab, selector: {package: rpm}}
 ]])
     local pkg = assert(package_reader.read(p))
     assert.same({ ["net.ipv4.ip_forward"] = "1", ["vm.max_map_count"] = "262144" }, pkg.os.sysctl)
@@ -71,7 +71,8 @@ spec:
       pkg.os.selinux.modules)
     assert.same({ { path = "/var/lib/rancher(/.*)?", type = "container_var_lib_t", file_type = "all" } },
       pkg.os.selinux.file_contexts)
-    assert.same({ index = 1, target = "/tmp/container-selinux.rpm", basename = "container-selinux.rpm", sha256 = "abc",
+    assert.same({ index = 1, target = "/tmp/container-selinux.rpm", basename = "container-selinux.rpm",
+      sha256 = ("ab"):rep(32),
                   package = "rpm", source = dir .. "/os/0/container-selinux.rpm" }, pkg.os.files[1])
     local bad = write("bad-os.yaml", HEAD .. [[
 metadata: {name: o}
@@ -79,7 +80,7 @@ spec: {type: rke2, version: 1.35.4-rke2r1, config: {os: {kernel: ["rm -rf /"]}}}
 ]])
     local none, why = package_reader.read(bad)
     assert.is_nil(none)
-    assert.matches('spec.config.os.kernel[0]: "rm -rf /" is not a module name', why, 1, true)
+    assert.matches('spec.config.os.kernel[0]: expected a kernel module name, got string "rm -rf /"', why, 1, true)
   end)
 
   it("carries spec.config.engine for the engine configurers to render", function()
@@ -120,12 +121,18 @@ spec:
   end)
 
   it("refuses an unknown type, a missing version and a file with no ZarfDistro", function()
-    local d, why = package_reader.read(write("bad-type.yaml", HEAD .. "spec: {type: microk8s, version: 1.35.3}\n"))
+    local d, why = package_reader.read(write("bad-type.yaml", HEAD .. "metadata: {name: t}\n"
+      .. "spec: {type: microk8s, version: 1.35.3}\n"))
     assert.is_nil(d)
-    assert.matches("spec.type must be one of rke2, k3s, upstream, got microk8s", why, 1, true)
-    d, why = package_reader.read(write("bad-version.yaml", HEAD .. "spec: {type: rke2}\n"))
+    assert.matches('bad-type.yaml:4:14: spec.type: expected one of "rke2", "k3s", "upstream", got string "microk8s"',
+      why, 1, true)
+    d, why = package_reader.read(write("bad-version.yaml", HEAD .. "metadata: {name: t}\nspec: {type: rke2}\n"))
     assert.is_nil(d)
-    assert.matches("spec.version must be a version", why, 1, true)
+    assert.matches('bad-version.yaml:4:7: spec: missing required field "version"', why, 1, true)
+    d, why = package_reader.read(write("bad-version.yaml", HEAD
+      .. "metadata: {name: t}\nspec: {type: rke2, version: one}\n"))
+    assert.is_nil(d)
+    assert.matches('spec.version: expected a version like 1.35.4-rke2r1, got string "one"', why, 1, true)
     d, why = package_reader.read(write("cluster.yaml", "kind: ZarfCluster\n"))
     assert.is_nil(d)
     assert.matches("no document with kind: ZarfDistro", why, 1, true)
