@@ -1,0 +1,84 @@
+# lib.sh - sourced by contrib/lab-distros/<engine>/build.sh: stage dir, stand-in programs, rpm/deb builders.
+#
+# The build scripts assemble a package source directory ($src) from tests/lab/standin and this
+# machine's Debian tools, build real .rpm files (Debian's rpmbuild, offline) and real .deb
+# files (dpkg-deb), then run `cargoship package create` on it. Everything is local: no network.
+# Set before sourcing: here (the engine's dir). After ld_init: src, top (rpmbuild topdir), s (standin dir).
+# shellcheck shell=sh
+
+ld_init() {  # OUT CARGOSHIP: checks the tools, makes $src
+  out=${1:?usage: build.sh OUT.tar.zst [CARGOSHIP]}; cs=${2:-cargoship}
+  s=$here/../../../tests/lab/standin
+  for t in rpmbuild dpkg-deb /usr/bin/python3 /usr/bin/kubectl /usr/bin/openssl; do
+    command -v "$t" >/dev/null 2>&1 || { echo "build.sh: $t is needed (contrib/deps.sh installs it)" >&2; exit 1; }
+  done
+  work=$(mktemp -d "${TMPDIR:-/tmp}/lab-distro.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  src=$work/src; top=$work/rpmbuild
+  mkdir -p "$src/rpm" "$src/deb" "$top"
+  # fixed mtimes inside the rpm/deb payloads, so two builds of the same inputs give the same files
+  SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1767225600}; export SOURCE_DATE_EPOCH
+}
+
+ld_stamp() {  # VERSION OUT: the stand-in program reporting VERSION
+  /usr/bin/python3 "$s/standin.py" stamp "$1" "$2"
+}
+
+# A runit service dir under NAME in $src/sv/NAME, from the stand-in's dir FROM; sed expression SED
+# (may be empty) rewrites the run script (names of environment files, the binary's path).
+ld_sv() {  # FROM NAME [SED]
+  mkdir -p "$src/sv/$2/log"
+  sed -e "${3:-}" "$s/runit/$1/run" > "$src/sv/$2/run"
+  cp "$s/runit/$1/finish" "$src/sv/$2/finish"
+  sed -e "s#runit/$1\\b#runit/$2#g" "$s/runit/$1/log/run" > "$src/sv/$2/log/run"
+  chmod 0755 "$src/sv/$2/run" "$src/sv/$2/finish" "$src/sv/$2/log/run"
+}
+
+# rpmbuild of SPEC with the sources in $src; the .rpm lands in $src/rpm/. Extra -D defines follow.
+# No build-time post-processing (strip, debuginfo, build-id links: the payload is the files as
+# given), no automatic dependencies (the lab's rpm database knows only lab-el-base's
+# capabilities; each spec says what it needs), zstd level 3 payload (seconds, not minutes).
+ld_rpm() {  # SPEC [--define 'k v' ...]
+  spec=$1; shift
+  rpmbuild --quiet -bb "$spec" \
+    --define "_topdir $top" --define "_sourcedir $src" --define "_rpmdir $top/RPMS" \
+    --define "__os_install_post %{nil}" --define "debug_package %{nil}" --define "_build_id_links none" \
+    --define "_binary_payload w3.zstdio" --define "use_source_date_epoch_as_buildtime 1" \
+    --define "clamp_mtime_to_source_date_epoch 1" --define "_buildhost lab-distros" "$@" \
+    2> "$work/rpmbuild.err" || { cat "$work/rpmbuild.err" >&2; exit 1; }
+  find "$top/RPMS" -name '*.rpm' -exec mv {} "$src/rpm/" \;
+}
+
+# dpkg-deb of the tree DIR (DIR/DEBIAN/control etc.), root-owned, gzip -1; the .deb lands in
+# $src/deb/ named Package_Version_Architecture.deb as apt's own downloads are.
+ld_deb() {  # DIR
+  for f in postinst prerm postrm preinst; do [ -f "$1/DEBIAN/$f" ] && chmod 0755 "$1/DEBIAN/$f"; done
+  pkg=$(sed -n 's/^Package: //p' "$1/DEBIAN/control")
+  ver=$(sed -n 's/^Version: //p' "$1/DEBIAN/control")
+  arch=$(sed -n 's/^Architecture: //p' "$1/DEBIAN/control")
+  find "$1" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+  dpkg-deb --root-owner-group -Zgzip -z1 --build "$1" "$src/deb/${pkg}_${ver}_${arch}.deb" >/dev/null
+}
+
+# A deb tree $work/deb/NAME (left in $tree) with DEBIAN/control from the template CONTROL
+# (@VERSION@ replaced) and, for a service package, common/service.{postinst,prerm,postrm}.
+ld_debtree() {  # NAME VERSION CONTROL [SERVICE]
+  tree=$work/deb/$1
+  mkdir -p "$tree/DEBIAN"
+  sed "s/@VERSION@/$2/g" "$3" > "$tree/DEBIAN/control"
+  if [ -n "${4:-}" ]; then
+    for f in postinst prerm postrm; do sed "s/@SERVICE@/$4/g" "$here/../common/service.$f" > "$tree/DEBIAN/$f"; done
+  fi
+}
+
+# Copies FILE into the deb/rpm-independent tree ROOT at PATH with MODE.
+ld_put() {  # ROOT PATH MODE FILE
+  mkdir -p "$1$(dirname "$2")"
+  cp "$4" "$1$2"; chmod "$3" "$1$2"
+}
+
+ld_create() {  # the package archive at $out, from $src with distro.yaml
+  cp "$here/distro.yaml" "$src/"
+  mkdir -p "$(dirname "$out")"
+  "$cs" -q package create "$src" -o "$out"
+}
