@@ -60,6 +60,12 @@ ld_deb() {  # DIR
   dpkg-deb --root-owner-group -Zgzip -z1 --build "$1" "$src/deb/${pkg}_${ver}_${arch}.deb" >/dev/null
 }
 
+# The container-selinux stand-in rpm (common/container-selinux.spec) into $src/rpm/.
+ld_container_selinux() {
+  cp "$here/../common/container.cil" "$src/"
+  ld_rpm "$here/../common/container-selinux.spec"
+}
+
 # A deb tree $work/deb/NAME (left in $tree) with DEBIAN/control from the template CONTROL
 # (@VERSION@ replaced) and, for a service package, common/service.{postinst,prerm,postrm}.
 ld_debtree() {  # NAME VERSION CONTROL [SERVICE]
@@ -77,8 +83,20 @@ ld_put() {  # ROOT PATH MODE FILE
   cp "$4" "$1$2"; chmod "$3" "$1$2"
 }
 
+# LD_FLAVOURS=binary (or rpm,apt, ...) keeps only those flavours' os.files: a package for proving
+# one flavour on hosts that would otherwise take another (every lab host is apt- or rpm-typed).
 ld_create() {  # the package archive at $out, from $src with distro.yaml
-  cp "$here/distro.yaml" "$src/"
+  if [ -n "${LD_FLAVOURS:-}" ]; then
+    LD_FLAVOURS=$LD_FLAVOURS /usr/bin/python3 -c '
+import os, sys, yaml
+keep = os.environ["LD_FLAVOURS"].split(",")
+d = yaml.safe_load(open(sys.argv[1]))
+files = d["spec"]["config"]["os"]["files"]
+d["spec"]["config"]["os"]["files"] = [f for f in files if f["selector"]["package"] in keep]
+yaml.safe_dump(d, open(sys.argv[2], "w"), sort_keys=False)' "$here/distro.yaml" "$src/distro.yaml"
+  else
+    cp "$here/distro.yaml" "$src/"
+  fi
   mkdir -p "$(dirname "$out")"
   "$cs" -q package create "$src" -o "$out"
 }

@@ -21,6 +21,7 @@ ld_sv k3s-agent k3s-agent
 # RPM flavour
 ld_rpm "$here/k3s.spec" --define "k3s_version $V~$R" --define "k3s_release 0.el9"
 ld_rpm "$here/k3s-selinux.spec"
+ld_container_selinux
 
 # APT flavour
 DV=$V+$R-1
