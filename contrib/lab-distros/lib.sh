@@ -83,7 +83,7 @@ ld_put() {  # ROOT PATH MODE FILE
   cp "$4" "$1$2"; chmod "$3" "$1$2"
 }
 
-# LD_FLAVOURS=binary (or rpm,apt, ...) keeps only those flavours' os.files: a package for proving
+# LD_FLAVOURS=binary (or rpm,apt, ...) keeps only those flavours' os.files (and the ones of no flavour): a package for proving
 # one flavour on hosts that would otherwise take another (every lab host is apt- or rpm-typed).
 ld_create() {  # the package archive at $out, from $src with distro.yaml
   if [ -n "${LD_FLAVOURS:-}" ]; then
@@ -92,7 +92,7 @@ import os, sys, yaml
 keep = os.environ["LD_FLAVOURS"].split(",")
 d = yaml.safe_load(open(sys.argv[1]))
 files = d["spec"]["config"]["os"]["files"]
-d["spec"]["config"]["os"]["files"] = [f for f in files if f["selector"]["package"] in keep]
+d["spec"]["config"]["os"]["files"] = [f for f in files if f["selector"].get("package") in keep + [None]]
 yaml.safe_dump(d, open(sys.argv[2], "w"), sort_keys=False)' "$here/distro.yaml" "$src/distro.yaml"
   else
     cp "$here/distro.yaml" "$src/"
