@@ -24,14 +24,15 @@ ld_stamp() {  # VERSION OUT: the stand-in program reporting VERSION
   /usr/bin/python3 "$s/standin.py" stamp "$1" "$2"
 }
 
-# A runit service dir under NAME in $src/sv/NAME, from the stand-in's dir FROM; sed expression SED
-# (may be empty) rewrites the run script (names of environment files, the binary's path).
-ld_sv() {  # FROM NAME [SED]
-  mkdir -p "$src/sv/$2/log"
-  sed -e "${3:-}" "$s/runit/$1/run" > "$src/sv/$2/run"
-  cp "$s/runit/$1/finish" "$src/sv/$2/finish"
-  sed -e "s#runit/$1\\b#runit/$2#g" "$s/runit/$1/log/run" > "$src/sv/$2/log/run"
-  chmod 0755 "$src/sv/$2/run" "$src/sv/$2/finish" "$src/sv/$2/log/run"
+# A runit service dir NAME in DIR (default $src/sv) from the stand-in's dir FROM; the sed
+# expression SED (may be empty) rewrites the run script (environment files, the binary's path).
+ld_sv() {  # FROM NAME [SED] [DIR]
+  d=${4:-$src/sv}/$2
+  mkdir -p "$d/log"
+  sed -e "${3:-}" "$s/runit/$1/run" > "$d/run"
+  cp "$s/runit/$1/finish" "$d/finish"
+  sed -e "s#runit/$1\\b#runit/$2#g" "$s/runit/$1/log/run" > "$d/log/run"
+  chmod 0755 "$d/run" "$d/finish" "$d/log/run"
 }
 
 # rpmbuild of SPEC with the sources in $src; the .rpm lands in $src/rpm/. Extra -D defines follow.
