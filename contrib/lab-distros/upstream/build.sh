@@ -13,7 +13,7 @@ V=1.35.3
 ld_stamp "v$V" "$src/kubeadm"
 ld_stamp "v$V" "$src/kubelet"
 cp /usr/bin/kubectl /usr/bin/openssl "$s/systemd/kubelet.service" "$s/systemd/kubelet.service.d/10-kubeadm.conf" \
-  "$here/kubelet.env" "$here/../common/rpm-service.inc" "$src/"
+  "$here/kubelet.env" "$here/10-lab-bridge.conflist" "$here/../common/rpm-service.inc" "$src/"
 ld_sv kubelet kubelet
 
 # RPM flavour
