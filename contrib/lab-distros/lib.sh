@@ -4,7 +4,7 @@
 # machine's Debian tools, build real .rpm files (Debian's rpmbuild, offline) and real .deb
 # files (dpkg-deb), then run `cargoship package create` on it. Everything is local: no network.
 # Set before sourcing: here (the engine's dir). After ld_init: src, top (rpmbuild topdir), s (standin dir).
-# shellcheck shell=sh
+# shellcheck shell=sh disable=SC2154 # here: set by the sourcing build.sh
 
 ld_init() {  # OUT CARGOSHIP: checks the tools, makes $src
   out=${1:?usage: build.sh OUT.tar.zst [CARGOSHIP]}; cs=${2:-cargoship}

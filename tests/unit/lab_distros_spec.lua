@@ -1,4 +1,4 @@
--- lab_distros_spec: the lab-distros archives (ctest lab-distros/build makes them) verify, and carry every flavour per role.
+-- lab_distros_spec: the lab-distros archives (ctest lab-distros/build) verify and carry every flavour per role.
 --
 -- For build/lab-distros/{k3s,rke2,upstream}.tar.zst: `cargoship package verify` passes;
 -- `package inspect` names the engine and version and lists, for each of the RPM, APT and binary
@@ -78,7 +78,8 @@ local ENGINES = {
   },
   rke2 = {
     engine = "rke2 1.35.4-rke2r1",
-    rpm = { all = { "/rke2%-selinux%-0%.20%-1%.el9%.noarch%.rpm$", "/rke2%-common%-1%.35%.4~rke2r1%-0%.el9%.x86_64%.rpm$" },
+    rpm = { all = { "/rke2%-selinux%-0%.20%-1%.el9%.noarch%.rpm$",
+                    "/rke2%-common%-1%.35%.4~rke2r1%-0%.el9%.x86_64%.rpm$" },
             controller = { "/rke2%-server%-1%.35%.4~rke2r1" }, worker = { "/rke2%-agent%-1%.35%.4~rke2r1" } },
     apt = { all = { "/rke2%-common_1%.35%.4%+rke2r1%-1_amd64%.deb$" },
             controller = { "/rke2%-server_1%.35%.4%+rke2r1" }, worker = { "/rke2%-agent_1%.35%.4%+rke2r1" } },

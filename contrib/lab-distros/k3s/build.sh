@@ -6,8 +6,10 @@
 # certificates; the images lack it). RPM: k3s-selinux, k3s-common, k3s-server, k3s-agent
 # (rpmbuild); APT: k3s-common, k3s-server, k3s-agent (dpkg-deb); binary: the files themselves.
 # tests/lab/README.md ("lab-distros packages") says what each flavour holds.
+# shellcheck disable=SC2154 # src, s, tree: set by lib.sh (ld_init, ld_debtree)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=contrib/lab-distros/lib.sh
 . "$here/../lib.sh"
 ld_init "$@"
 V=1.35.2; R=k3s1

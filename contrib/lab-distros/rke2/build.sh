@@ -6,8 +6,10 @@
 # RPM: rke2-selinux, rke2-common, rke2-server, rke2-agent (/usr/bin/rke2, units in
 # /usr/lib/systemd/system); APT: the same split as debs; binary: the tarball's layout
 # (/usr/local/bin/rke2, units in /etc/systemd/system). tests/lab/README.md ("lab-distros packages").
+# shellcheck disable=SC2154 # src, s, tree: set by lib.sh (ld_init, ld_debtree)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=contrib/lab-distros/lib.sh
 . "$here/../lib.sh"
 ld_init "$@"
 V=1.35.4; R=rke2r1

@@ -5,8 +5,10 @@
 # not carried: every lab host has Debian's real containerd (tests/lab/README.md).
 # RPM: kubeadm, kubelet, kubectl (pkgs.k8s.io names); APT: the same as debs; binary: the same
 # files at the same paths (tests/lab/standin/install.sh's). tests/lab/README.md ("lab-distros packages").
+# shellcheck disable=SC2154 # src, s, tree: set by lib.sh (ld_init, ld_debtree)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=contrib/lab-distros/lib.sh
 . "$here/../lib.sh"
 ld_init "$@"
 V=1.35.3
