@@ -6,7 +6,7 @@
 # Set before sourcing: here (the engine's dir). After ld_init: src, top (rpmbuild topdir), s (standin dir).
 # shellcheck shell=sh disable=SC2154 # here: set by the sourcing build.sh
 
-ld_init() {  # OUT CARGOSHIP: checks the tools, makes $src
+ld_init() {  # OUT (archive path, or a directory) CARGOSHIP: checks the tools, makes $src
   out=${1:?usage: build.sh OUT.tar.zst [CARGOSHIP]}; cs=${2:-cargoship}
   s=$here/../../../tests/lab/standin
   for t in rpmbuild dpkg-deb /usr/bin/python3 /usr/bin/kubectl /usr/bin/openssl; do
@@ -98,6 +98,9 @@ yaml.safe_dump(d, open(sys.argv[2], "w"), sort_keys=False)' "$here/distro.yaml" 
   else
     cp "$here/distro.yaml" "$src/"
   fi
-  mkdir -p "$(dirname "$out")"
+  case $out in
+    *.tar.zst|*.tar) mkdir -p "$(dirname "$out")" ;;
+    *) mkdir -p "$out" ;;  # a directory: package create names the archive cargoship-<name>-<arch>-<version>.tar.zst
+  esac
   "$cs" -q package create "$src" -o "$out"
 }
