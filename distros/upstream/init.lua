@@ -296,9 +296,18 @@ end
 
 function M.join_secret_write() return {} end
 
+-- The container runtime kubeadm and the kubelet need (engines.md §1: kubelet plus
+-- containerd): enabled and (re)started by Configure engine after its config.toml is written,
+-- and started before images are imported into it.
+M.runtime_services = { "containerd" }
+
 -- No watcher imports tarballs into containerd: each file is imported into kubelet's namespace.
 function M.image_import(_, files)
   local out = {}
+  if files and #files > 0 then
+    out[1] = action.service { verb = "enable", service = "containerd" }
+    out[2] = action.service { verb = "start", service = "containerd" }
+  end
   for _, f in ipairs(files or {}) do
     out[#out + 1] = action.run { cmd = shell.fmt("ctr -n k8s.io images import %s", f), timeout = 1800,
                                  say = "import images from " .. f }

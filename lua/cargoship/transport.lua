@@ -548,15 +548,34 @@ function Connection:exec(cmd, opts)
   return table.unpack(r, 2, r.n)
 end
 
+-- What a failed command said, for its error: its stderr's lines (the cause is often last,
+-- after progress lines: dnf's "nothing provides", kubeadm's "[ERROR CRI]"), at most the
+-- first and the last ones, MAX_ERR_LINES in all with a marker, when there are more; nil when
+-- it said nothing.
+local MAX_ERR_LINES = 12
+function M.error_text(err)
+  local lines = {}
+  for l in (err or ""):gmatch("[^\n]+") do
+    if l:find("%S") then lines[#lines + 1] = l end
+  end
+  if #lines == 0 then return nil end
+  if #lines > MAX_ERR_LINES then
+    -- the first line, a marker, the last MAX_ERR_LINES - 2
+    local keep = { lines[1], string.format("[... %d lines ...]", #lines - MAX_ERR_LINES + 1) }
+    for i = #lines - MAX_ERR_LINES + 3, #lines do keep[#keep + 1] = lines[i] end
+    lines = keep
+  end
+  return table.concat(lines, "\n")
+end
+
 -- Connection:check(cmd, opts) -> stdout | nil, msg, code: a non-zero exit becomes an error
 -- naming the command's stderr.
 function Connection:check(cmd, opts)
   local out, err, code = self:exec(cmd, opts)
   if not out then return nil, err, code end
   if code ~= 0 then
-    local first = err:match("[^\n]*[^\n%s]") or ""
     return nil, string.format("%s: command failed (exit %d): %s", self.name, code,
-      first ~= "" and first or cmd:sub(1, 80)), "exit"
+      M.error_text(err) or cmd:sub(1, 80)), "exit"
   end
   return out, err
 end

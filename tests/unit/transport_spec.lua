@@ -166,3 +166,21 @@ describe("transport connections", function()
     assert.matches("CARGOSHIP_CMD=r1.1.2", s.wires[3], 1, true)
   end)
 end)
+
+describe("a failed command's error text", function()
+  it("keeps every line of a short stderr, blank lines dropped", function()
+    assert.are.equal("Error: nothing provides libfoo\n(try --skip-broken)",
+      transport.error_text("\nError: nothing provides libfoo\n\n(try --skip-broken)\n"))
+    assert.is_nil(transport.error_text(" \n\n"))
+  end)
+  it("keeps the first and the last lines of a long one, saying how many it left out", function()
+    local lines = {}
+    for i = 1, 30 do lines[i] = "line " .. i end
+    local text = transport.error_text(table.concat(lines, "\n"))
+    local got = {}
+    for l in text:gmatch("[^\n]+") do got[#got + 1] = l end
+    assert.are.equal(12, #got)
+    assert.are.same({ "line 1", "[... 19 lines ...]", "line 21" }, { got[1], got[2], got[3] })
+    assert.are.equal("line 30", got[12])
+  end)
+end)

@@ -71,6 +71,11 @@ function M.assess(ctx, host)
   for _, f in ipairs(files) do
     out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
   end
+  -- the runtime reads its new config.toml only when it starts
+  for _, svc in ipairs(eng.runtime_services or {}) do
+    out[#out + 1] = action.service { verb = "enable", service = svc }
+    out[#out + 1] = action.service { verb = "restart", service = svc }
+  end
   if rancher(eng) then
     local s = ctx.join_secret
     if not s then error("no join secret: the cluster has no controller", 0) end

@@ -59,7 +59,8 @@ function steps.kubeadm_join(ctx, host)
     end
   end
   local f = eng:render_config(common.node(host), common.cluster(ctx, secret))
-  local _, werr = host:apply({ action.write { path = f.path, content = f.content, mode = f.mode, secret = true } })
+  local _, werr = host:apply({ action.write { path = f.path, content = f.content, mode = f.mode, secret = true,
+    dir_mode = "0755" } })
   if werr then return nil, werr end
   local jout, jerr = host:check(shell.fmt("kubeadm join --config %s", eng.config_path), { timeout = 900 })
   if not jout then return nil, host.name .. ": kubeadm join: " .. tostring(jerr) end

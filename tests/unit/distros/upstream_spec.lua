@@ -127,8 +127,12 @@ describe("upstream start, images, upgrade, reset", function()
 
   it("imports each image tarball into containerd's k8s.io namespace", function()
     local acts = upstream:image_import({ "/var/lib/kubernetes/images/a b.tar", "/var/lib/kubernetes/images/c.tar.zst" })
-    assert.equal("ctr -n k8s.io images import '/var/lib/kubernetes/images/a b.tar'", acts[1].cmd)
-    assert.equal("ctr -n k8s.io images import '/var/lib/kubernetes/images/c.tar.zst'", acts[2].cmd)
+    -- containerd is started first: configure engine, which restarts it, comes after
+    assert.same({ "enable", "start" }, { acts[1].verb, acts[2].verb })
+    assert.equal("containerd", acts[2].service)
+    assert.equal("ctr -n k8s.io images import '/var/lib/kubernetes/images/a b.tar'", acts[3].cmd)
+    assert.equal("ctr -n k8s.io images import '/var/lib/kubernetes/images/c.tar.zst'", acts[4].cmd)
+    assert.same({}, upstream:image_import({}))
   end)
 
   it("upgrade: drain, unhold, install, kubeadm upgrade apply (leader) or node, restart, uncordon", function()
