@@ -127,11 +127,13 @@ local function engine_processes(i)
   return out
 end
 
--- Hosts with actions in a report's phases that are neither read-only nor around the others.
+-- Hosts with actions in a report's phases that are neither read-only nor around the others,
+-- nor the firewall's (-F: every member trusts every other, so a new member is news to all).
 local function hosts_with_work(doc)
   local set = {}
   for _, p in ipairs(doc.phases) do
-    if p.dry_run_policy == "reported" and p.id ~= "acquire_lock" and p.id ~= "release_lock" then
+    if p.dry_run_policy == "reported" and p.id ~= "acquire_lock" and p.id ~= "release_lock"
+        and p.id ~= "update_firewall" then
       for _, h in ipairs(p.hosts) do
         if #h.actions > 0 or h.reason ~= cjson.null then set[h.host] = true end
       end
@@ -227,7 +229,8 @@ for _, engine in ipairs { "k3s", "rke2", "upstream" } do
 
     it("3 controllers: the leader first, then each other controller joins after the one before", function()
       cluster(work, engine .. "-ha", roles_of(HA, {}))
-      local r = apply("--confirm")
+      -- extra controllers join the leader by its FQDN (engines.md §1): -H makes it resolve
+      local r = apply("--confirm -H")
       assert_plan_is_run(r)
       local list = assert_ready(engine, HA[1], HA, version)
       -- created in config order: the second only after the leader, the third after the second

@@ -16,7 +16,6 @@ local common = require "cargoship.phases.engine_common"
 
 local M = {}
 
-local START_TIMEOUT = 600
 
 -- A node of the role whose service is not running, or runs without having joined.
 local function has_work(host, role)
@@ -57,7 +56,10 @@ local function records(ctx, host)
     for _, a in ipairs(acts) do
       if a.kind == "service" and a.verb == "start" then
         -- running but not joined (a refused token, say): its new config needs a restart
-        a = action.service { verb = e.running and "restart" or "start", service = a.service, timeout = START_TIMEOUT }
+        -- a notify unit's start returns once the engine is up; the engines' own units never
+        -- time out (TimeoutStartSec=0), so it gets --ready-timeout, as the Ready wait does
+        a = action.service { verb = e.running and "restart" or "start", service = a.service,
+          timeout = (ctx.options and ctx.options.ready_timeout) or common.READY_TIMEOUT }
       end
       if a.kind == "service" and a.verb == "enable" then enable = a else rest[#rest + 1] = a end
     end
