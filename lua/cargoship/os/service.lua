@@ -35,12 +35,11 @@ local function runit(service_dir)
     if verb == "is_active" then
       -- `sv status` exits 0 for a stopped service too; only "run:" means running
       return shell.fmt("sv status %s 2>/dev/null | grep -q '^run:'", path)
-    elseif verb == "start" then
+    elseif verb == "start" or verb == "restart" then
       -- a service just linked in has no supervisor until runsvdir's next scan (up to 5 s)
-      return shell.fmt("i=0; while [ ! -e %s ] && [ $i -lt 70 ]; do sleep 0.1; i=$((i+1)); done; sv up %s",
-        path .. "/supervise/ok", path)
+      return shell.fmt("i=0; while [ ! -e %s ] && [ $i -lt 70 ]; do sleep 0.1; i=$((i+1)); done; sv "
+        .. (verb == "start" and "up" or "restart") .. " %s", path .. "/supervise/ok", path)
     elseif verb == "stop" then return shell.fmt("sv down %s", path)
-    elseif verb == "restart" then return shell.fmt("sv restart %s", path)
     elseif verb == "enable" then return shell.fmt("ln -sfn %s %s", "/etc/sv/" .. name, path)
     elseif verb == "disable" then return shell.fmt("rm -f -- %s", path)
     elseif verb == "logs" then
