@@ -55,13 +55,7 @@ local function tmpdir()
   return dir
 end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("unit.files").read
 
 local function stat(path)
   local p = io.popen("stat -c '%a' " .. path)

@@ -17,13 +17,7 @@ local function temp_dir()
   return path
 end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("unit.files").read
 
 local function exists(path)
   local _, code = sh("test -e " .. util.quote(path))
@@ -39,11 +33,7 @@ local function stat(path, fmt)
   return (sh("stat -c " .. util.quote(fmt) .. " " .. util.quote(path)):gsub("%s+$", ""))
 end
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = require("unit.files").write
 
 local ME = stat("/proc/self", "%u")
 local ME_NAME = (sh("id -un"):gsub("%s+$", ""))

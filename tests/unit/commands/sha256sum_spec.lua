@@ -25,19 +25,9 @@ print(srv.server_address[1], flush=True)
 srv.serve_forever()
 ]]
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = require("unit.files").write
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("unit.files").read
 
 -- starts the server; -> {pid, port}
 local function serve(dir, tls)

@@ -21,12 +21,7 @@ local function write(path, s)
   f:close()
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(path) return (assert(require("unit.files").read(path), path .. ": cannot be read")) end
 
 -- Written for this issue: comments, an anchor, a flow mapping, a block CA, odd characters.
 local CLUSTER = [[

@@ -22,12 +22,7 @@ local EXAMPLES = { "minimal.yaml", "full.yaml" }
 local LUA_TEXTS = { "attempt to ", "stack traceback", "%.lua:%d+:", "bad argument #", "internal error",
   "invalid conversion", "table expected", "string expected", "nil value" }
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(path) return (assert(require("unit.files").read(path), path .. ": cannot be read")) end
 
 local ENV = { HOME = "/home/op", PORT = "2222", EMPTY = "", BYTES = "\255\254\192x", NUL = "a\0b",
   LONG = ("L"):rep(70000), BOOL = "yes", NEWLINE = "a\nb: c" }

@@ -14,13 +14,7 @@ local SRC = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
 local DIR = SRC .. "/tests/fixtures/engines"
 local UPDATE = os.getenv("CARGOSHIP_UPDATE_GOLDEN") == "1"
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("unit.files").read
 
 local function write(path, content)
   assert(os.execute("mkdir -p " .. util.quote(path:match("^(.*)/[^/]*$"))))

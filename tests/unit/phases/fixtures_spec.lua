@@ -42,12 +42,7 @@ local function ls(dir)
   return out
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(path) return (assert(require("unit.files").read(path), path .. ": cannot be read")) end
 
 -- cjson's null and floats back to what Lua code compares with
 local function plain(v)

@@ -22,12 +22,7 @@ local function write(path, data)
   f:close()
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(path) return (assert(require("unit.files").read(path), path .. ": cannot be read")) end
 
 describe("cargoship.archive", function()
   local dir
