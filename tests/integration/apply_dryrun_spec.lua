@@ -202,20 +202,30 @@ describe("cargoship apply on " .. N .. " lab hosts", function()
   end)
 
   describe("--dry-run", function()
-    local before, after, text, text2, json
+    local before, after, text, text2, json, bare
 
     lazy_setup(function()
       before = snapshots(hosts)
-      text = cargoship("apply --dry-run " .. q(cluster))
-      text2 = cargoship("apply --dry-run " .. q(cluster))
-      json = cargoship("apply --dry-run --output json " .. q(cluster))
+      -- -H: every host's /etc/hosts block is still to write, so work is pending
+      text = cargoship("apply --dry-run -H " .. q(cluster))
+      text2 = cargoship("apply --dry-run -H " .. q(cluster))
+      json = cargoship("apply --dry-run -H --output json " .. q(cluster))
+      bare = cargoship("apply --dry-run " .. q(cluster))
       after = snapshots(hosts)
     end)
 
-    it("exits 3, work pending: the host lock is always still to take", function()
+    it("exits 3, work pending: the /etc/hosts blocks (-H) are still to write", function()
       assert.are.equal(3, text.code, text.stdout .. text.stderr)
       assert.are.equal(3, json.code, json.stderr)
       assert.matches("\nWork is pending: [^\n]*Nothing was changed%.\n", text.stdout)
+    end)
+
+    it("exits 0 when only the host lock would be taken: a real run would take none", function()
+      assert.are.equal(0, bare.code, bare.stdout .. bare.stderr)
+      assert.matches("\n  7%. Acquire exclusive host lock: would act on " .. N .. " of " .. N .. " hosts\n",
+        bare.stdout)
+      assert.matches("\nNothing to do %(no phase needs the host lock, so a real run takes none%)%. Nothing was "
+        .. "changed%.\n", bare.stdout)
     end)
 
     it("prints every phase in pipeline order with its verdict; read-only phases ran", function()
@@ -312,8 +322,8 @@ describe("cargoship apply on " .. N .. " lab hosts", function()
 
     lazy_setup(function()
       before = snapshots(hosts)
-      text = cargoship("apply " .. q(cluster))
-      json = cargoship("apply --output json " .. q(cluster))
+      text = cargoship("apply -H " .. q(cluster))
+      json = cargoship("apply -H --output json " .. q(cluster))
       after = snapshots(hosts)
     end)
 

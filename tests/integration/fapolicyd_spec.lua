@@ -68,7 +68,7 @@ describe("apply -f where fapolicyd runs", function()
     local up1 = run.uppers(ALL)
     local again = apply("--confirm -f")
     assert.are.equal(0, again.code, again.stderr)
-    assert.are.equal("nothing_to_do", run.phase(again.doc, "fapolicyd").verdict)
+    assert.are.equal("nothing_to_do", run.verdict(again.doc, "fapolicyd"))
     run.assert_unchanged(up1, run.uppers(ALL), ALL)
   end)
 

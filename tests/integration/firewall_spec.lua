@@ -162,7 +162,7 @@ describe("apply -F on firewalld, ufw and nftables", function()
     assert.are.equal(0, second.code, second.stderr)
     run.compare(second.doc.plan, second.doc)
     assert.are.equal("nothing_to_do", run.phase(second.doc.plan, "update_firewall").verdict)
-    assert.are.equal("nothing_to_do", run.phase(second.doc, "update_firewall").verdict)
+    assert.are.equal("nothing_to_do", run.verdict(second.doc, "update_firewall"))
     run.assert_unchanged(up2, up3, ALL)
   end)
 end)
@@ -216,7 +216,7 @@ local function converge(extra)
   local again = apply("--confirm -F", extra)
   assert.are.equal(0, again.code, again.stderr)
   assert.are.equal("nothing_to_do", run.phase(again.doc.plan, "update_firewall").verdict)
-  assert.are.equal("nothing_to_do", run.phase(again.doc, "update_firewall").verdict)
+  assert.are.equal("nothing_to_do", run.verdict(again.doc, "update_firewall"))
   return plan
 end
 

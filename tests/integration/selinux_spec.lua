@@ -120,7 +120,7 @@ describe("phases 9 and 11 on Enforcing hosts", function()
     assert.are.equal(0, second.code, second.stderr)
     run.compare(second.doc.plan, second.doc)
     for _, id in ipairs { "enterprise_linux", "selinux_policy" } do
-      assert.are.equal("nothing_to_do", run.phase(second.doc, id).verdict, id)
+      assert.are.equal("nothing_to_do", run.verdict(second.doc, id), id)
     end
     run.assert_unchanged(up2, up3, ALL)
   end)
