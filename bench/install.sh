@@ -22,12 +22,15 @@
 #              k3s-agent on the workers, then wait on h1 until all N nodes are Ready; checked
 #              after: every host's config.yaml byte for byte what cargoship wrote, N nodes Ready
 # Prints, from the one cargoship run: wall seconds, client CPU (user+sys of the client and its
-# children), peak RSS (GNU time's %M), and SSH round trips per host per phase from the JSON
-# report (its per-phase per-host probes and writes counters, see below); the same figures for
-# the playbook, and the ratio Ansible time / cargoship time (target >= 5x).
+# children), peak RSS (GNU time's %M), what the lab hosts burnt meanwhile (the lab's cgroup:
+# sshd, apt-get, dpkg, the stand-ins, kubectl; for Ansible also its Python modules on every
+# host) and SSH round trips per host per phase from the JSON report (its per-phase per-host
+# probes and writes counters, see below); the same figures for the playbook, and the ratio
+# Ansible time / cargoship time (target >= 5x).
 # Round trips: `probes` counts reads (one exec each), `writes` one per executed action or
 # host:run/check/write_file/upload call; an upload counts 1 though SFTP spends several requests
-# on it (open, pipelined writes, fsync, close, plus the sha256 check and the rename). The plan
+# on it (open, pipelined writes, fsync, close, plus the sha256 check and the rename); the host
+# lock's heartbeat (every 15 s) counts as a write of whatever phase runs then. The plan
 # (the dry run a real apply shows first) is counted apart: its own probes per host per phase.
 # cargoship also does work the playbook does not (facts, validation, the host lock, its
 # manifest and distro-release.json): the comparison favours Ansible.
@@ -99,14 +102,17 @@ mode=$1 N=$2 STATE=$3 BIN=$4 WORK=$5 PKG=$6
 CFG=$STATE/ssh_config
 ready() { ssh -n -F "$CFG" h1 'k3s kubectl get nodes --no-headers' 2>/dev/null | awk '$2 == "Ready"' | wc -l; }
 sums() { xargs -a "$WORK/hosts-$N" -P "$N" -I{} ssh -n -F "$CFG" {} 'echo "$(hostname) $(sha256sum </etc/rancher/k3s/config.yaml)"' | sort; }
-# one client run under GNU time -> "wall cpu rss_kib" on stdout
+# what all lab hosts burnt so far (sshd, apt-get, dpkg, the stand-ins, kubectl): the lab's
+# cgroup, fd 9, opened outside the netns
+hosts_usec() { awk '/^usage_usec/{print $2}' /dev/fd/9; }
+# one client run under GNU time -> "wall cpu rss_kib hosts_cpu" on stdout
 timed() {
-  local name=$1 s e rc=0; shift
-  s=$(date +%s.%N)
+  local name=$1 s e h0 h1 rc=0; shift
+  h0=$(hosts_usec); s=$(date +%s.%N)
   /usr/bin/time -o "$WORK/$name.time" -f '%U %S %M' "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
-  e=$(date +%s.%N)
+  e=$(date +%s.%N); h1=$(hosts_usec)
   [ "$rc" = 0 ] || { echo "$name failed (exit $rc), see $WORK/$name.err" >&2; tail -15 "$WORK/$name.err" >&2; exit 1; }
-  awk -v a="$s" -v b="$e" '{printf "%.3f %.3f %d\n", b-a, $1+$2, $3}' "$WORK/$name.time"
+  awk -v a="$s" -v b="$e" -v h="$((h1 - h0))" '{printf "%.3f %.3f %d %.3f\n", b-a, $1+$2, $3, h/1e6}' "$WORK/$name.time"
 }
 case $mode in
   cs)
@@ -209,23 +215,25 @@ for N in "${NS[@]}"; do
     printf "ansible_ssh_common_args='-F %s'\ncfg=%s\n" "$STATE/ssh_config" "$WORK/cfg-$N"
   } >"$WORK/inventory-$N.ini"
 
-  $LAB exec bash "$WORK/inlab.sh" cs "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >"$WORK/result-$N"
+  CG=$(findmnt -rn -t cgroup2 -o TARGET | head -1)/${LAB_PREFIX}lab
+  $LAB exec bash "$WORK/inlab.sh" cs "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >"$WORK/result-$N" 9<"$CG/cpu.stat"
   C=$WORK/cfg-$N
   templ "$C/controller-config.yaml" "$CTRL" h1 >"$C/controller-config.yaml.j2"
   templ "$C/worker-config.yaml" "$(sed -n 2p "$STATE/hosts.tsv" | cut -f2)" h2 >"$C/worker-config.yaml.j2"
   mapfile -t ALL < <(seq 1 "$N")
   $LAB reset "${ALL[@]}" >/dev/null 2>&1
-  $LAB exec bash "$WORK/inlab.sh" ans "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N"
+  $LAB exec bash "$WORK/inlab.sh" ans "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
   $LAB down >/dev/null 2>&1
 
-  sed 's/^/  raw: /' "$WORK/result-$N"   # cargoship, then Ansible: wall cpu rss_kib
+  sed 's/^/  raw: /' "$WORK/result-$N"   # cargoship, then Ansible: wall cpu rss_kib hosts_cpu
   awk -v n="$N" -v cores="$(nproc)" '
-    NR == 1 { w1 = $1; c1 = $2; m1 = $3 } NR == 2 { w2 = $1; c2 = $2; m2 = $3 }
+    NR == 1 { w1 = $1; c1 = $2; m1 = $3; h1 = $4 } NR == 2 { w2 = $1; c2 = $2; m2 = $3; h2 = $4 }
     END {
       printf "k3s from nothing on %d debian/runit hosts (1 controller, %d workers; APT flavour); clients and hosts share this machine'"'"'s %d cores\n", n, n - 1, cores
-      printf "  %-44s %8s %11s %11s\n", "", "wall s", "client cpu", "peak RSS"
-      printf "  %-44s %8.2f %11.2f %7.1f MiB\n", "cargoship apply --distro (one run)", w1, c1, m1 / 1024
-      printf "  %-44s %8.2f %11.2f %7.1f MiB\n", "ansible-playbook -f " n " (same host work)", w2, c2, m2 / 1024
+      printf "  %-44s %8s %11s %11s %10s %6s\n", "", "wall s", "client cpu", "peak RSS", "hosts cpu", "cores"
+      printf "  %-44s %8.2f %11.2f %7.1f MiB %10.2f %6.2f\n", "cargoship apply --distro (one run)", w1, c1, m1 / 1024, h1, (c1 + h1) / w1
+      printf "  %-44s %8.2f %11.2f %7.1f MiB %10.2f %6.2f\n", "ansible-playbook -f " n " (same host work)", w2, c2, m2 / 1024, h2, (c2 + h2) / w2
+      printf "  (cores = (client cpu + hosts cpu) / wall: near %d, the run was bound by this machine'"'"'s CPU)\n", cores
       r = w2 / w1
       printf "  Ansible / cargoship time: %.2fx (target >= 5x: %s)\n", r, (r >= 5) ? "met" : "NOT met"
     }' "$WORK/result-$N"
