@@ -9,6 +9,7 @@
 local cjson = require "cjson"
 local util = require "cargoship.util"
 local lab = require "integration.lab"
+local run = require "integration.apply_run"
 
 local q = util.quote
 local N = math.min(4, #lab.hosts())
@@ -59,44 +60,9 @@ local function apply(args)
   return r
 end
 
-local function ssh(i, cmd)
-  return lab.sh("ssh -F " .. q(lab.state .. "/ssh_config") .. " h" .. i .. " " .. q(cmd))
-end
-
--- An action without what only a real run has: what the plan promised.
-local function planned_part(a)
-  local p = {}
-  for k, v in pairs(a) do
-    if k ~= "outcome" and k ~= "error" then p[k] = v end
-  end
-  return p
-end
-
--- Plan and run, phase by phase, host by host, action by action. -> the run's actions, flat.
-local function compare(plan, run)
-  assert.are.equal(#plan.phases, #run.phases, "the same phases")
-  local all = {}
-  for i, pp in ipairs(plan.phases) do
-    local rp = run.phases[i]
-    assert.are.same({ pp.number, pp.id }, { rp.number, rp.id }, "phase " .. i)
-    local ph, rh = {}, {}
-    for _, h in ipairs(pp.hosts) do if #h.actions > 0 then ph[#ph + 1] = h end end
-    for _, h in ipairs(rp.hosts) do if #h.actions > 0 then rh[#rh + 1] = h end end
-    assert.are.equal(#ph, #rh, pp.id .. ": hosts with actions")
-    for j, h in ipairs(ph) do
-      local r = rh[j]
-      assert.are.equal(h.host, r.host, pp.id)
-      assert.are.equal(#h.actions, #r.actions, pp.id .. " on " .. h.host .. ": as many actions run as planned")
-      for k, a in ipairs(h.actions) do
-        assert.are.equal(cjson.null, a.outcome, "a plan's action has no outcome")
-        assert.are.same(planned_part(a), planned_part(r.actions[k]),
-          string.format("%s on %s, action %d", pp.id, h.host, k))
-        all[#all + 1] = { phase = pp.id, host = h.host, action = r.actions[k] }
-      end
-    end
-  end
-  return all
-end
+local ssh = run.ssh
+-- plan and run, phase by phase, host by host, action by action (integration.apply_run)
+local compare = run.compare
 
 local function outcomes(all, phase)
   local out = {}
