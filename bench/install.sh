@@ -2,7 +2,9 @@
 # bench/install.sh - a k3s cluster from nothing on N lab hosts: cargoship apply vs an Ansible playbook doing the same host work.
 #
 # Usage: bench/install.sh [N...]   (default: 10 50; LAB_PREFIX/LAB_NET override the lab's
-#        csin/10.244.0; PKG=... another k3s package, default build/lab-distros/k3s.tar.zst)
+#        csin/10.244.0; PKG=... another k3s package, default build/lab-distros/k3s.tar.zst;
+#        ONLY=cs runs cargoship alone, for profiling; KEEP=1 keeps the work dir and its
+#        debug log cs-N.log)
 # Per N: brings up its own lab of N debian/runit hosts (h1 the controller, the others workers;
 # Debian hosts take the package's APT flavour), then, each on hosts that start from nothing:
 #   cargoship  ONE run of apply CLUSTER --distro k3s.tar.zst --confirm --concurrency N
@@ -117,7 +119,7 @@ timed() {
 case $mode in
   cs)
     timed "cs-$N" "$BIN" apply "$WORK/cluster-$N.yaml" --distro "$PKG" --confirm \
-      --concurrency "$N" --concurrent-uploads "$N" --output json
+      --concurrency "$N" --concurrent-uploads "$N" --output json --log-file "$WORK/cs-$N.log"
     cp "$WORK/cs-$N.out" "$WORK/report-$N.json"
     r=$(ready); [ "$r" = "$N" ] || { echo "cargoship: $r of $N nodes Ready" >&2; exit 1; }
     sums >"$WORK/sums-cs-$N"
@@ -221,6 +223,10 @@ for N in "${NS[@]}"; do
   templ "$C/controller-config.yaml" "$CTRL" h1 >"$C/controller-config.yaml.j2"
   templ "$C/worker-config.yaml" "$(sed -n 2p "$STATE/hosts.tsv" | cut -f2)" h2 >"$C/worker-config.yaml.j2"
   mapfile -t ALL < <(seq 1 "$N")
+  if [ "${ONLY:-}" = cs ]; then   # cargoship's run alone, for profiling: no ratio
+    $LAB down >/dev/null 2>&1; sed 's/^/  raw: /' "$WORK/result-$N"; python3 "$WORK/roundtrips.py" "$WORK/report-$N.json"
+    continue
+  fi
   $LAB reset "${ALL[@]}" >/dev/null 2>&1
   $LAB exec bash "$WORK/inlab.sh" ans "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
   $LAB down >/dev/null 2>&1

@@ -6,7 +6,8 @@
 # Per N: brings up its own lab (debian/runit hosts), builds one package with `cargoship
 # package create` holding one SIZE_MIB file of random bytes (incompressible), then, each
 # cold and from an empty target directory on every host:
-#   cargoship  apply --distro PKG --confirm --concurrency N --concurrent-uploads N: the whole
+#   cargoship  apply --distro PKG --skip-phases 18-22 (the package carries no engine) --confirm
+#              --concurrency N --concurrent-uploads N: the whole
 #              apply (connect, facts, lock, the upload phases, release), so its fixed cost
 #              is in the figure; the file goes to a temp name, is fsync'd, checked on the host
 #              and renamed
@@ -86,7 +87,7 @@ timed() {
   check_hosts "$name"
   awk -v a="$s" -v b="$e" '{printf "%.3f %.3f %d\n", b-a, $1+$2, $3}' "$WORK/time"
 }
-cs() { "$BIN" apply "$CLUSTER" --distro "$PKG" --confirm -q --concurrency "$N" --concurrent-uploads "$N"; }
+cs() { "$BIN" apply "$CLUSTER" --distro "$PKG" --skip-phases 18-22 --confirm -q --concurrency "$N" --concurrent-uploads "$N"; }
 ossh() { xargs -a "$HOSTS" -P "$N" -I{} scp -q -F "$CFG" "$WORK/src/blob.bin" {}:/opt/cs-bench/blob.bin; }
 # the same guarantees as cargoship's upload: to a temp name, fsync'd, sha256 checked on the host, renamed
 ossh_safe() {

@@ -25,8 +25,9 @@
 --   judge(installed|nil, target? (default: the package's), {role, allow_downgrade}) -> verdict (M.judge)
 --   service(role) -> name;  service_active_probe(role, os) -> cmd
 --   kubectl(words) -> cmd;  drain(n), cordon(n), uncordon(n), delete_node(n),
---     label(n, {k = v}), apply(path), get_nodes(), ready_check(n) -> cmd (run on the leader)
---   parse_ready(out) -> true | false
+--     label(n, {k = v}), apply(path), get_nodes(), ready_check(n) -> cmd (run on the leader;
+--     one line per node, the same command for every node)
+--   ready_line(out, node) -> that node's "STATUS HEARTBEAT" | nil; parse_ready(line, after) -> bool
 --   kubectl_step(name, node, cmd, say) -> step record {name, node, cmd, on = "leader", say}
 --   start(node, cluster) -> actions        start + enable + step wait_ready
 --   stop(node) -> actions
@@ -202,14 +203,29 @@ function Engine:label(n, labels)
   return self:kubectl(words)
 end
 
--- One word: quoting keeps the jsonpath's own quotes intact through the shell. The Ready
--- condition's status and its last heartbeat: a node registered before (its old kubelet
--- still counted Ready for the node controller's grace period) is Ready for this start only
--- once its kubelet has posted a heartbeat newer than the one seen before the start.
-local READY_PATH = [[jsonpath={.status.conditions[?(@.type=="Ready")].status} ]]
-  .. [[{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}]]
-function Engine:ready_check(n) return self:kubectl { "get", "node", node_name(n), "-o", READY_PATH } end
--- parse_ready(out, after) -> true when Ready is True and, given `after` (an RFC 3339 time
+-- One word: quoting keeps the jsonpath's own quotes intact through the shell. One line per
+-- node: its name, its Ready condition's status and that condition's last heartbeat. The
+-- command is the same for every node, so the nodes waited for at once share one kubectl run
+-- per poll on the leader (engine_common.steps.wait_ready). A node registered before (its old
+-- kubelet still counted Ready for the node controller's grace period) is Ready for this
+-- start only once its kubelet has posted a heartbeat newer than the one seen before it.
+local READY_PATH = [[jsonpath={range .items[*]}{.metadata.name}{" "}]]
+  .. [[{.status.conditions[?(@.type=="Ready")].status}{" "}]]
+  .. [[{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}{"\n"}{end}]]
+function Engine:ready_check(n)
+  node_name(n)
+  return self:kubectl { "get", "nodes", "-o", READY_PATH }
+end
+-- ready_line(out, node) -> "STATUS HEARTBEAT" of node in ready_check's output, or nil when
+-- the node is not registered.
+function Engine.ready_line(_, out, node)
+  for line in (out or ""):gmatch("[^\n]+") do
+    local name, rest = line:match("^%s*(%S+)%s*(.-)%s*$")
+    if name == node then return rest end
+  end
+  return nil
+end
+-- parse_ready(line, after) -> true when Ready is True and, given `after` (an RFC 3339 time
 -- in UTC, as the API prints them), the heartbeat is later than it.
 function Engine.parse_ready(_, out, after)
   local status, beat = (out or ""):match("^%s*(%S+)%s*(%S*)%s*$")

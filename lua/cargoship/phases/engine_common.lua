@@ -14,7 +14,7 @@ local loop = require "cargoship.loop"
 local M = {}
 
 M.READY_TIMEOUT = 300     -- seconds a node may take to report Ready
-M.READY_INTERVAL = 2
+M.READY_INTERVAL = 1      -- one shared kubectl a round on the leader, however many wait
 M.RETRIES = 5             -- kubectl on the leader (apply) before giving up
 M.RETRY_INTERVAL = 3
 
@@ -62,20 +62,50 @@ end
 
 M.steps = {}
 
+-- Nodes waited for at the same time share their polls: the Ready check lists every node, so
+-- one run of it on the leader answers every waiter. polls[ctx][cmd] = {lock, at, out, err,
+-- code}: a waiter takes the lock and reuses the listing if it was begun after the waiter's
+-- own previous one (the first time: after its wait began), else runs the check itself.
+-- With 49 workers started at once, that is one kubectl a round on the leader, not 49.
+local polls = setmetatable({}, { __mode = "k" })
+
+local function poll(ctx, cmd, since)
+  local per = polls[ctx] or {}
+  polls[ctx] = per
+  local p = per[cmd]
+  if not p then p = { lock = loop.semaphore(1), at = -math.huge }; per[cmd] = p end
+  p.lock:acquire()
+  if p.at <= since then
+    local started = loop.now()
+    local ok, out, err, code = pcall(ctx.leader.probe, ctx.leader, cmd, { timeout = 30 })
+    if not ok then
+      p.lock:release()
+      error(out, 0)
+    end
+    p.at, p.out, p.err, p.code = started, out, err, code
+  end
+  p.lock:release()
+  return p.at, p.out, p.err, p.code
+end
+
 -- Polls the leader until the node is Ready; the leader itself may still be starting its API.
 function M.steps.wait_ready(ctx, _, a)
   local leader = ctx.leader
   local limit = a.timeout or (ctx.options and ctx.options.ready_timeout) or M.READY_TIMEOUT
   local deadline = loop.now() + limit
+  local seen = loop.now()   -- only a listing taken after the wait began counts
   while true do
-    local out, err, code = leader:probe(a.cmd, { timeout = 30 })
-    if out and code == 0 and ctx.engine:parse_ready(out, a.after) then return true end
-    local last = out and (code == 0 and ("Ready is " .. (out:match("%S+") or "unknown")) or (err ~= "" and err or out))
-      or tostring(err)
-    if out and code == 0 and a.after and ctx.engine:parse_ready(out) then
-      last = "no heartbeat from its kubelet since the start (the last was " .. (out:match("%S+%s+(%S+)") or "?")
+    local at, out, err, code = poll(ctx, a.cmd, seen)
+    seen = at
+    local line = out and code == 0 and ctx.engine:ready_line(out, a.node)
+    if line and ctx.engine:parse_ready(line, a.after) then return true end
+    local last
+    if not out or code ~= 0 then last = out and (err ~= "" and err or out) or tostring(err)
+    elseif not line then last = "not registered"
+    elseif a.after and ctx.engine:parse_ready(line) then
+      last = "no heartbeat from its kubelet since the start (the last was " .. (line:match("%S+%s+(%S+)") or "?")
         .. "; before the start: " .. a.after .. ")"
-    end
+    else last = "Ready is " .. (line:match("%S+") or "unknown") end
     if loop.now() >= deadline then
       return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
         limit, leader.name, (tostring(last):gsub("%s+$", "")))

@@ -206,16 +206,25 @@ describe("engine kubectl verbs (run on the leader)", function()
       upstream:apply("/var/lib/kubernetes/cni.yaml"))
   end)
 
-  it("check Ready with a jsonpath that survives the shell", function()
+  it("check Ready with one listing of every node, in a jsonpath that survives the shell", function()
     local cmd = rke2:ready_check("cp1")
-    local word = [['jsonpath={.status.conditions[?(@.type=="Ready")].status} ]]
-      .. [[{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}']]
-    assert.matches(word, cmd, 1, true)
+    assert.equal(cmd, rke2:ready_check("w7"))
+    local word = [['jsonpath={range .items[*]}{.metadata.name}{" "}]]
+      .. [[{.status.conditions[?(@.type=="Ready")].status}{" "}]]
+      .. [[{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}{"\n"}{end}']]
+    assert.matches("'get' 'nodes' '-o' " .. word, cmd, 1, true)
     local p = io.popen("printf '%s\\n' " .. cmd:match("('jsonpath=[^']*')"))
     assert.equal(word:sub(2, -2) .. "\n", p:read("a"))
     p:close()
+    -- kubectl's output: one line per node; a node without a Ready condition yet has none
+    local out = "cp1 True 2026-12-01T10:00:00Z\ncp10 False 2026-12-01T09:00:00Z\nw1  \n"
+    assert.equal("True 2026-12-01T10:00:00Z", rke2:ready_line(out, "cp1"))
+    assert.equal("False 2026-12-01T09:00:00Z", rke2:ready_line(out, "cp10"))
+    assert.equal("", rke2:ready_line(out, "w1"))
+    assert.is_nil(rke2:ready_line(out, "cp"))
+    assert.is_nil(rke2:ready_line("", "cp1"))
     assert.is_true(rke2:parse_ready("True"))
-    assert.is_true(rke2:parse_ready("True 2026-12-01T10:00:00Z\n"))
+    assert.is_true(rke2:parse_ready("True 2026-12-01T10:00:00Z"))
     assert.is_false(rke2:parse_ready("False 2026-12-01T10:00:00Z"))
     assert.is_false(rke2:parse_ready(""))
     -- a node seen before the start: only a later heartbeat counts

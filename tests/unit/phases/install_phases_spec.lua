@@ -102,9 +102,13 @@ describe("Initialize Controller", function()
     local ready = {}
     local leader_rules = {
       { "systemctl start 'k3s-server'", fn = function() ready.cp1 = true; return "", 0 end },
-      { "'get' 'node'", fn = function(cmd)
-          local n = cmd:match("'get' 'node' '([%w]+)'")
-          return ready[n] and "True" or "False", 0
+      { "'get' 'nodes'", fn = function()
+          local lines = {}
+          for _, n in ipairs { "cp1", "cp2", "cp3" } do
+            if ready[n] ~= nil then lines[#lines + 1] = n .. " " .. (ready[n] and "True" or "False") end
+          end
+          if ready.cp2 and not ready.cp3 then ready.cp2_seen = #journal end
+          return table.concat(lines, "\n") .. "\n", 0
         end },
     }
     local cp1 = host("cp1", "controller", leader_rules, { staged = STAGED })
@@ -119,15 +123,11 @@ describe("Initialize Controller", function()
     assert.same({ "cp1: systemctl start 'k3s-server'", "cp2: systemctl start 'k3s-server'",
                   "cp3: systemctl start 'k3s-server'" }, starts)
     -- every Ready check ran on the leader, and cp3 started after cp2 was Ready
-    for _, l in ipairs(grep("'get' 'node'")) do assert.matches("^cp1: ", l) end
+    for _, l in ipairs(grep("'get' 'nodes'")) do assert.matches("^cp1: ", l) end
     local pos = {}
     for i, l in ipairs(journal) do pos[l] = pos[l] or i end
-    local cp2_ready
-    for i, l in ipairs(journal) do
-      if l:find("'get' 'node' 'cp2'", 1, true) then cp2_ready = i end
-    end
-    assert.is_truthy(cp2_ready)
-    assert.is_true(cp2_ready < pos["cp3: systemctl start 'k3s-server'"])
+    assert.is_truthy(ready.cp2_seen)
+    assert.is_true(ready.cp2_seen < pos["cp3: systemctl start 'k3s-server'"])
     -- the staged binary was moved into place before the start
     local moved = pos["cp1: mv -f -- '/usr/local/bin/k3s.tmp.1' '/usr/local/bin/k3s'"]
     assert.is_true(moved < pos["cp1: systemctl start 'k3s-server'"])
@@ -161,7 +161,7 @@ describe("Initialize Controller", function()
   it("a node that never gets Ready fails with the leader's last answer", function()
     local saved = common.READY_TIMEOUT
     common.READY_TIMEOUT = 0.05
-    local cp1 = host("cp1", "controller", { { "'get' 'node'", "False", 0 } }, { action = "same" })
+    local cp1 = host("cp1", "controller", { { "'get' 'nodes'", "cp1 False\n", 0 } }, { action = "same" })
     local ctx = context({ cp1 })
     ctx.leader = cp1
     local ok, err = run(function() return drive(phase, ctx) end)
@@ -173,9 +173,9 @@ describe("Initialize Controller", function()
 
   it("a node the cluster knew before is Ready for this start only after a newer heartbeat", function()
     -- a wrong token: the old registration stays Ready for the grace period, its heartbeat old
-    local beats = { "True 2026-12-01T10:00:00Z", "True 2026-12-01T10:00:00Z", "True 2026-12-01T10:00:09Z" }
+    local beats = { "cp1 True 2026-12-01T10:00:00Z", "cp1 True 2026-12-01T10:00:00Z", "cp1 True 2026-12-01T10:00:09Z" }
     local asked = 0
-    local cp1 = host("cp1", "controller", { { "'get' 'node'", fn = function()
+    local cp1 = host("cp1", "controller", { { "'get' 'nodes'", fn = function()
       asked = asked + 1
       return beats[math.min(asked, #beats)], 0
     end } }, { staged = STAGED })
@@ -185,10 +185,10 @@ describe("Initialize Controller", function()
     assert.is_true(run(function() return drive(phase, ctx) end))
     assert.equal(3, asked)
     -- never newer: fails, saying why
-    asked, beats = 0, { "True 2026-12-01T10:00:00Z" }
+    asked, beats = 0, { "cp1 True 2026-12-01T10:00:00Z" }
     local saved = common.READY_TIMEOUT
     common.READY_TIMEOUT = 0.05
-    local cp1b = host("cp1", "controller", { { "'get' 'node'", "True 2026-12-01T10:00:00Z", 0 } }, { staged = STAGED })
+    local cp1b = host("cp1", "controller", { { "'get' 'nodes'", "cp1 True 2026-12-01T10:00:00Z\n", 0 } }, { staged = STAGED })
     ctx = context({ cp1b })
     ctx.leader = cp1b
     ctx.nodes = { { name = "cp1", host = cp1b, ready = "True", heartbeat = "2026-12-01T10:00:00Z" } }
@@ -199,7 +199,7 @@ describe("Initialize Controller", function()
   end)
 
   it("a controller whose service runs but never joined is configured and restarted", function()
-    local cp1 = host("cp1", "controller", { { "'get' 'node'", "True 2026-12-01T10:00:09Z", 0 } },
+    local cp1 = host("cp1", "controller", { { "'get' 'nodes'", "cp1 True 2026-12-01T10:00:09Z\n", 0 } },
       { running = true, joined = false, action = "same" })
     local ctx = context({ cp1 })
     ctx.leader = cp1
@@ -224,7 +224,8 @@ describe("Initialize Worker", function()
   local phase = require "cargoship.phases.initialize_worker"
 
   it("starts workers in per-profile batches of the profile's concurrency", function()
-    local leader = host("cp1", "controller", { { "'get' 'node'", "True", 0 } }, { running = true, action = "same" })
+    local leader = host("cp1", "controller", { { "'get' 'nodes'", "cp1 True\nw1 True\nw2 True\nw3 True\nw4 True\nw5 True\n", 0 } },
+      { running = true, action = "same" })
     local ws = {}
     for i = 1, 5 do
       ws[i] = host("w" .. i, "worker", {}, { action = "same", profile = i <= 3 and "small" or nil })
@@ -263,6 +264,47 @@ describe("Initialize Worker", function()
     assert.matches("w1: ", msg, 1, true)
     assert.matches("node w1 is not Ready", msg, 1, true)
     assert.matches("connect: no route to host", msg, 1, true)
+  end)
+end)
+
+describe("waiting for Ready", function()
+  it("nodes waited for at once share one listing a round on the leader", function()
+    local calls, up = 0, {}
+    local leader = host("cp1", "controller", { { "'get' 'nodes'", fn = function()
+      calls = calls + 1
+      loop.sleep(0.02)   -- a kubectl run takes a while: the other waiters queue behind it
+      local lines = { "cp1 True" }
+      for i = 1, 6 do lines[#lines + 1] = "w" .. i .. " " .. (up["w" .. i] and "True" or "False") end
+      return table.concat(lines, "\n") .. "\n", 0
+    end } }, { running = true, action = "same" })
+    local ctx = context({ leader })
+    ctx.leader = leader
+    local cmd = ctx.engine:ready_check("w1")
+    assert.equal(cmd, ctx.engine:ready_check("w5"))   -- one command for every node
+    local results = {}
+    run(function()
+      local tasks = {}
+      for i = 1, 5 do
+        tasks[i] = loop.spawn(function()
+          results[i] = { common.steps.wait_ready(ctx, leader, { node = "w" .. i, cmd = cmd }) }
+        end)
+      end
+      loop.sleep(0.1)
+      for i = 1, 5 do up["w" .. i] = true end
+      for i = 1, 5 do tasks[i]:join() end
+    end)
+    for i = 1, 5 do assert.same({ true }, results[i]) end
+    -- about 0.1 s of polls every 0.01 s plus one to see them Ready: rounds, not rounds x 5
+    local rounds = calls
+    assert.is_true(rounds >= 2, "polled " .. rounds .. " times")
+    assert.is_true(rounds <= 10, "polled " .. rounds .. " times for 5 waiters")
+    -- a node missing from the listing is "not registered"
+    local saved = common.READY_TIMEOUT
+    common.READY_TIMEOUT = 0.05
+    local ok, err = run(function() return common.steps.wait_ready(ctx, leader, { node = "w9", cmd = cmd }) end)
+    common.READY_TIMEOUT = saved
+    assert.is_nil(ok)
+    assert.matches("node w9 is not Ready after 0.05 s (through cp1's kubectl: not registered)", err, 1, true)
   end)
 end)
 
