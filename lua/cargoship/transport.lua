@@ -569,13 +569,14 @@ function M.error_text(err)
 end
 
 -- Connection:check(cmd, opts) -> stdout | nil, msg, code: a non-zero exit becomes an error
--- naming the command's stderr.
+-- naming the command's stderr; when that is empty, its stdout (runit's sv and others say
+-- why there), else the command's start.
 function Connection:check(cmd, opts)
   local out, err, code = self:exec(cmd, opts)
   if not out then return nil, err, code end
   if code ~= 0 then
     return nil, string.format("%s: command failed (exit %d): %s", self.name, code,
-      M.error_text(err) or cmd:sub(1, 80)), "exit"
+      M.error_text(err) or M.error_text(out) or cmd:sub(1, 80)), "exit"
   end
   return out, err
 end

@@ -194,6 +194,22 @@ describe("ssh transport on the lab", function()
     assert.are.equal("ok\n", out)
   end)
 
+  it("names why a checked command failed: its stderr, else its stdout, else the command", function()
+    local h = lab.host(1)
+    local errs = run(function()
+      local c = assert(new_transport():connect(lab.conn(h), h.name))
+      local e = {}
+      e[1] = select(2, c:check("echo said on stdout; echo said on stderr >&2; exit 3"))
+      e[2] = select(2, c:check("echo fail: /etc/service/x: runsv not running; exit 1"))
+      e[3] = select(2, c:check("exit 4"))
+      c:close()
+      return e
+    end)
+    assert.are.equal(h.name .. ": command failed (exit 3): said on stderr", errs[1])
+    assert.are.equal(h.name .. ": command failed (exit 1): fail: /etc/service/x: runsv not running", errs[2])
+    assert.are.equal(h.name .. ": command failed (exit 4): exit 4", errs[3])
+  end)
+
   it("uses sudo -n for a non-root user and fails clearly when sudo wants a password", function()
     local h = lab.host(1)
     run(function()

@@ -36,9 +36,12 @@ local function runit(service_dir)
       -- `sv status` exits 0 for a stopped service too; only "run:" means running
       return shell.fmt("sv status %s 2>/dev/null | grep -q '^run:'", path)
     elseif verb == "start" or verb == "restart" then
-      -- a service just linked in has no supervisor until runsvdir's next scan (up to 5 s)
-      return shell.fmt("i=0; while [ ! -e %s ] && [ $i -lt 70 ]; do sleep 0.1; i=$((i+1)); done; sv "
-        .. (verb == "start" and "up" or "restart") .. " %s", path .. "/supervise/ok", path)
+      -- a service just linked in has no supervisor until runsvdir's next scan (every 5 s;
+      -- seen past 7 s on a loaded host), so wait for it, up to 30 s, and say so if it never comes
+      local ok = path .. "/supervise/ok"
+      return shell.fmt("i=0; while [ ! -e %s ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+        .. "[ -e %s ] || { echo %s >&2; exit 1; }; sv " .. (verb == "start" and "up" or "restart") .. " %s",
+        ok, ok, "runsvdir has not started a supervisor (runsv) for " .. path .. " within 30 s", path)
     elseif verb == "stop" then return shell.fmt("sv down %s", path)
     elseif verb == "enable" then return shell.fmt("ln -sfn %s %s", "/etc/sv/" .. name, path)
     elseif verb == "disable" then return shell.fmt("rm -f -- %s", path)
