@@ -23,9 +23,12 @@ describe("loop", function()
     end)
     assert.is_true(ok)
     assert.are.equal(1000, #woke)
-    for i = 2, #woke do
-      assert.is_true(woke[i - 1] <= woke[i], "task " .. i .. " woke before an earlier deadline")
-    end
+    -- sleep() reads the clock again after the task's loop.now(), and a preempted process (CI
+    -- under load) can put tens of ms between the two readings; a broken order (FIFO or LIFO
+    -- wakes, a broken heap) is off by up to the whole 0.3 s spread
+    local worst = 0
+    for i = 2, #woke do worst = math.max(worst, woke[i - 1] - woke[i]) end
+    assert.is_true(worst < 0.05, string.format("a task woke %.3f s before an earlier deadline", worst))
   end)
 
   it("never wakes a sleeper before its deadline", function()
