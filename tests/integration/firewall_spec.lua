@@ -16,6 +16,8 @@ local q = util.quote
 local ENGINE_PORT, OPEN_PORT = 9345, 30080
 -- a second exposed port, dropped later; the outsider's listeners the firewalld node's out rules aim at
 local DROP_PORT, EGRESS_OK, EGRESS_BLOCKED = 30083, 30082, 30081
+-- a port the in rules open to the outsider alone: an allow for it, then a reject for everyone
+local IN_PORT = 30084
 
 local function index_of(h)
   for i, x in ipairs(lab.hosts()) do if x.address == h.address then return i end end
@@ -28,6 +30,10 @@ local NFT = lab.find("debian", "runit")
 local OUT = lab.find("rocky", "runit")
 local MEMBERS = { FWD, UFW, NFT }
 local I = { fwd = index_of(FWD), ufw = index_of(UFW), nft = index_of(NFT), out = index_of(OUT) }
+-- a second host outside the cluster, which no rule names
+for i in ipairs(lab.hosts()) do
+  if not I.other and i ~= I.fwd and i ~= I.ufw and i ~= I.nft and i ~= I.out then I.other = i end
+end
 local ALL = #lab.hosts()
 
 local work
@@ -90,6 +96,7 @@ setup(function()
     listen(i, ENGINE_PORT)
     listen(i, OPEN_PORT)
     listen(i, DROP_PORT)
+    listen(i, IN_PORT)
   end
   listen(I.out, EGRESS_OK)
   listen(I.out, EGRESS_BLOCKED)
@@ -174,6 +181,12 @@ local function host_block(ports, policies)
     local list = {}
     for _, p in ipairs(ports[i] or {}) do list[#list + 1] = string.format("{port: %d, protocol: tcp}", p) end
     local rules = { "{name: no-telnet, action: deny, protocol: tcp, port: 23}" }
+    if policies then
+      -- in rules, first match deciding on every front end: the outsider's allow, then a reject
+      rules[#rules + 1] = string.format("{name: in-ok, action: allow, source: %s, protocol: tcp, port: %d}",
+        OUT.address, IN_PORT)
+      rules[#rules + 1] = string.format("{name: in-no, action: reject, protocol: tcp, port: %d}", IN_PORT)
+    end
     if policies and i == 1 then
       -- first match decides: the allow before the reject lets one port of the outsider through
       rules[#rules + 1] = string.format("{name: out-ok, action: allow, direction: out, destination: %s,"
@@ -234,6 +247,16 @@ describe("out and forward rules, and what the cluster file drops", function()
     assert.is_true(reaches(I.fwd, OUT.address, EGRESS_OK), "allowed egress")
     assert.is_false(reaches(I.fwd, OUT.address, EGRESS_BLOCKED), "rejected egress")
     assert.is_true(reaches(I.out, FWD.address, 22), "SSH to the firewalld node")
+  end)
+
+  it("keeps in rules in the file's order on every front end: the outsider's allow before the reject", function()
+    -- firewalld would try a rich rule's reject before an accept; the priorities keep the order
+    for _, target in ipairs { FWD, UFW, NFT } do
+      assert.is_true(reaches(I.out, target.address, IN_PORT), "outsider -> " .. target.address .. ":" .. IN_PORT)
+      assert.is_false(reaches(I.other, target.address, IN_PORT), "h" .. I.other .. " -> " .. target.address)
+    end
+    assert.matches('rule priority="-2" family="ipv4" source address="' .. OUT.address .. '" port port="' .. IN_PORT
+      .. '" protocol="tcp" accept', sh_ok(I.fwd, "firewall-cmd --zone=public --list-rich-rules"), 1, true)
   end)
 
   it("ufw and nftables refuse every new outbound connection, and cargoship's SSH session survived it", function()

@@ -6,9 +6,9 @@
 --           previous = content of the recorded ufw rule set (ufw; nil when none)
 --           nftables_conf = {path, content} (nftables: the boot-time file to include ours)}
 -- firewalld: ipsets in the trusted zone, the ports as service distro-exposed-ports in public,
--- in rules as rich rules of public (recorded), out and forward rules in the cargoship-*
--- policies (cargoship.os.firewalld_policies); what the cluster file dropped (ports, rules,
--- policies) is removed; ufw: tagged rules plus the app profile cargoship-ports, the applied
+-- in rules as rich rules of public in the file's order (recorded), out and forward rules in
+-- the cargoship-* policies (cargoship.os.firewalld_policies); what the cluster file dropped
+-- (ports, rules, policies) is removed; ufw: tagged rules plus the app profile cargoship-ports, the applied
 -- set recorded so the next run deletes what was dropped, never `ufw enable`; nftables: one
 -- table `inet cargoship` replaced atomically from a file outside /etc/cargoship (§6.9).
 local action = require "cargoship.action"
@@ -123,11 +123,15 @@ function M.rule_problems(backend, rule, fw)
   local name = rule.name or rule.key or "?"
   local function add(fmt, ...) out[#out + 1] = string.format("firewall rule %q: " .. fmt, name, ...) end
   if backend == "firewalld" then
-    -- forward and outbound filtering need policy objects, which firewalld got in 0.9
+    -- forward and outbound filtering need policy objects, which firewalld got in 0.9; the
+    -- rich rule priorities that keep in rules in the file's order came in 0.7
     if (rule.direction == "forward" or rule.direction == "out")
       and not version_at_least(fw.firewalld_version, 0, 9) then
       add("direction %s needs firewalld 0.9 or later (policies), the host has %s",
         rule.direction, fw.firewalld_version)
+    elseif (rule.direction or "in") == "in" and not version_at_least(fw.firewalld_version, 0, 7) then
+      add("needs firewalld 0.7 or later (rich rule priorities keep the rules in the file's order), the host has %s",
+        fw.firewalld_version)
     end
     if rule.direction == "forward" then
       for _, k in ipairs({ "ingress", "egress" }) do
@@ -319,6 +323,15 @@ function M.rich_rule(r)
   return table.concat(parts, " ")
 end
 
+-- The i-th of n in rules as a rich rule of zone public. Priorities -n..-1 keep the cluster
+-- file's order (the first match decides, as on ufw and nftables) and put the rules in the
+-- zone's _pre chain, ahead of its services and ports (.host.ports) and of any rule of the
+-- operator's at the default priority 0, which firewalld would otherwise order drop and reject
+-- first, accept last.
+function M.zone_rich_rule(r, i, n)
+  return string.format('rule priority="%d" %s', i - n - 1, M.rich_rule(r):sub(6))
+end
+
 M.FIREWALLD_RECORD = "/var/lib/cargoship/firewalld.rules"
 
 local function lines_set(text)
@@ -410,12 +423,11 @@ local function firewalld(plan, v4, v6)
   end
   local now, keep, zone_rules = {}, {}, {}
   for _, r in ipairs(plan.rules or {}) do
-    if (r.direction or "in") == "in" then
-      local rich = M.rich_rule(r)
-      now[#now + 1] = rich
-      zone_rules[#now] = r
-      keep[rich] = true
-    end
+    if (r.direction or "in") == "in" then zone_rules[#zone_rules + 1] = r end
+  end
+  for i, r in ipairs(zone_rules) do
+    now[i] = M.zone_rich_rule(r, i, #zone_rules)
+    keep[now[i]] = true
   end
   local perm_rich, run_rich = lines_set(st.rich_rules), lines_set(st.rich_rules_runtime)
   for line in (plan.previous or ""):gmatch("[^\n]+") do

@@ -114,6 +114,11 @@ describe("firewall: the operator's rules and cargoship's SSH session", function(
     assert.equal('rule family="ipv4" source address="192.0.2.0/24" port port="9100" protocol="tcp" accept',
       firewall.rich_rule { action = "allow", source = "192.0.2.0/24", protocol = "tcp", port = "9100" })
     assert.equal('rule protocol value="sctp" reject', firewall.rich_rule { action = "reject", protocol = "sctp" })
+    -- zone public's in rules: priorities -n..-1 in the file's order, ahead of the zone's ports
+    assert.equal('rule priority="-3" protocol value="sctp" reject',
+      firewall.zone_rich_rule({ action = "reject", protocol = "sctp" }, 1, 3))
+    assert.equal('rule priority="-1" port port="22" protocol="tcp" accept',
+      firewall.zone_rich_rule({ action = "allow", protocol = "tcp", port = "22" }, 3, 3))
     assert.same({ nil, 'firewall rule "x": source "10.0.0.1; reboot" is not an address or CIDR' },
       { firewall.actions("nftables", { rules = { { name = "x", action = "deny", source = "10.0.0.1; reboot" } } }) })
   end)

@@ -85,7 +85,10 @@ describe("phase validate_hosts", function()
                             backend = "firewalld", ufw = "absent", nftables = "absent" }
     local firewalld_new = { firewalld = "running", firewalld_version = "1.3.4", zones = { "public", "internal" },
                             backend = "firewalld", ufw = "absent", nftables = "absent" }
+    local firewalld_ancient = { firewalld = "running", firewalld_version = "0.6.3", zones = { "public", "trusted" },
+                                backend = "firewalld", ufw = "absent", nftables = "absent" }
     local ufw = { ufw = "active", backend = "ufw", firewalld = "absent", nftables = "absent", zones = {} }
+    local mon = { key = "mon", name = "mon", action = "allow", port = "9100", protocol = "tcp" }
     local fwd = { key = "fwd", name = "fwd", action = "allow", direction = "forward", ingress = "eth0",
                   egress = "cni0", port = "80", protocol = "tcp" }
     local sctp = { key = "sctp", name = "sctp", action = "allow", direction = "in", port = "9899", protocol = "sctp" }
@@ -97,6 +100,8 @@ describe("phase validate_hosts", function()
       host(3, { firewall = ufw, host = rules({ sctp, zoned }) }),
       host(4, { firewall = ufw, host = { ports = {}, firewall = { rules = {} },
                                          policy = { web = { name = "web", target = "ACCEPT" } } } }),
+      host(5, { os = "rocky", firewall = firewalld_ancient, host = rules({ mon }) }),
+      host(6, { os = "rocky", firewall = firewalld_old, host = rules({ mon }) }),
     })
     assert.is_nil(ok)
     assert.same({
@@ -111,6 +116,8 @@ describe("phase validate_hosts", function()
         .. " firewalld; zones: public, internal)",
       'h3: firewall rule "sctp": ufw cannot filter protocol sctp (it knows tcp, udp, esp, ah, gre, igmp)',
       'h4: firewall policy "web": host.policy is firewalld-only, this host uses ufw',
+      'h5: firewall rule "mon": needs firewalld 0.7 or later (rich rule priorities keep the rules in the file\'s'
+        .. " order), the host has 0.6.3",
     }, err)
   end)
 
