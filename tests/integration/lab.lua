@@ -1,4 +1,6 @@
 -- tests/integration/lab.lua: what integration specs know about the running lab (hosts, keys, helpers).
+local files = require "unit.files"
+
 local M = {}
 
 M.state = os.getenv("LAB_STATE") or error("LAB_STATE is not set: integration specs run inside the lab (see tests/lab)")
@@ -38,21 +40,10 @@ function M.conn(h, over)
 end
 
 -- A whole local file ("" when it does not exist).
-function M.read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+function M.read(path) return files.read(path) or "" end
 
 -- Writes text to a local file; returns the path.
-function M.write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  return path
-end
+M.write = files.write
 
 -- Runs a shell command on the machine; returns exit code and output.
 function M.sh(cmd)

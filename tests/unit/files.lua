@@ -1,4 +1,4 @@
--- tests/unit/files.lua: the local-file helpers unit specs share (read a whole file, write one).
+-- tests/unit/files.lua: the local-file helpers the specs share (read a whole file, write one); integration.lab too.
 local M = {}
 
 -- M.read(path) -> the file's bytes | nil when it cannot be opened

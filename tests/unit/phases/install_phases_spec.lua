@@ -188,7 +188,8 @@ describe("Initialize Controller", function()
     asked, beats = 0, { "cp1 True 2026-12-01T10:00:00Z" }
     local saved = common.READY_TIMEOUT
     common.READY_TIMEOUT = 0.05
-    local cp1b = host("cp1", "controller", { { "'get' 'nodes'", "cp1 True 2026-12-01T10:00:00Z\n", 0 } }, { staged = STAGED })
+    local cp1b = host("cp1", "controller", { { "'get' 'nodes'", "cp1 True 2026-12-01T10:00:00Z\n", 0 } },
+      { staged = STAGED })
     ctx = context({ cp1b })
     ctx.leader = cp1b
     ctx.nodes = { { name = "cp1", host = cp1b, ready = "True", heartbeat = "2026-12-01T10:00:00Z" } }
@@ -224,7 +225,8 @@ describe("Initialize Worker", function()
   local phase = require "cargoship.phases.initialize_worker"
 
   it("starts workers in per-profile batches of the profile's concurrency", function()
-    local leader = host("cp1", "controller", { { "'get' 'nodes'", "cp1 True\nw1 True\nw2 True\nw3 True\nw4 True\nw5 True\n", 0 } },
+    local all_ready = "cp1 True\nw1 True\nw2 True\nw3 True\nw4 True\nw5 True\n"
+    local leader = host("cp1", "controller", { { "'get' 'nodes'", all_ready, 0 } },
       { running = true, action = "same" })
     local ws = {}
     for i = 1, 5 do
