@@ -314,7 +314,8 @@ describe("ssh transport on the lab", function()
       end
       for i = 1, 30 do
         local ok, out, err, code = tasks[i]:join()
-        assert.is_true(ok)
+        assert.is_true(ok, out)
+        assert(out, "command " .. i .. ": " .. tostring(err) .. " (" .. tostring(code) .. ")")
         assert.are.equal(300000, #out)
         assert.are.equal(i .. "\n", err)
         assert.are.equal(0, code)
