@@ -20,6 +20,8 @@ typedef struct {
   size_t in_off;
   int exit_code;
   char *signal;
+  int refused;            /* opens refused while none of ours was open */
+  int napping;            /* the wait in progress is a pause before another open */
 } cs_exec;
 
 /* Stack layout while an exec runs. */
@@ -29,6 +31,11 @@ enum { A_SESSION = 1, A_CMD, A_OPTS, A_OP, A_DEADLINE };
 /* libssh2 1.10 builds an exec request in one packet of at most 35000 bytes (measured: a
  * 33000-byte command goes, 35000 fails with -34); refuse before it says so opaquely. */
 #define MAX_COMMAND 32768
+/* sshd frees a closed channel's session slot only after it has read the whole batch of
+ * packets holding our CLOSEs and the next OPEN, so an open right after a burst of closes can
+ * be refused with nothing of ours open: retry, 20, 40, ... ms apart (CI saw one such refusal
+ * in 30 commands at once on a MaxSessions 10 host). */
+#define OPEN_RETRIES 8
 
 /* Doubling growth: 100 MB of output costs O(n) copies, not O(n^2). */
 static int buf_add(membuf *b, const char *data, size_t n) {
@@ -123,6 +130,14 @@ static int wait_turn(lua_State *L, cs_exec *op) {
   return cs_wait(L, -1, 0, &op->ss->q, lua_tonumber(L, A_DEADLINE), 0, exec_k);
 }
 
+/* A pause before trying the open again, cut short by the command's own deadline (which then
+ * times it out as any other wait would). */
+static int nap(lua_State *L, cs_exec *op) {
+  double until = cs_now() + 0.02 * ++op->refused, deadline = lua_tonumber(L, A_DEADLINE);
+  op->napping = deadline <= 0 || until < deadline;
+  return cs_wait(L, -1, 0, NULL, op->napping ? until : deadline, 0, exec_k);
+}
+
 static int finish(lua_State *L, cs_exec *op) {
   cs_ssh *ss = op->ss;
   op->state = E_DONE;
@@ -146,12 +161,16 @@ static int step_open(lua_State *L, cs_exec *op) {
   int rc = op->ch ? 0 : libssh2_session_last_errno(ss->s);
   cs_ssh_after(L, ss, op, rc, rx0);
   if (rc == LIBSSH2_ERROR_EAGAIN) return wait_session(L, op);
-  if (rc == LIBSSH2_ERROR_CHANNEL_FAILURE && ss->channels > 0) {
-    /* the server's MaxSessions is lower than we assumed: wait for a channel to close */
-    ss->max_channels = ss->channels;
+  if (rc == LIBSSH2_ERROR_CHANNEL_FAILURE && (ss->channels > 0 || op->refused < OPEN_RETRIES)) {
     ss->ctl_owner = NULL;
     op->holds_ctl = 0;
-    return wait_turn(L, op);
+    if (ss->channels > 0) {
+      /* the server's MaxSessions is lower than we assumed: wait for a channel to close */
+      ss->max_channels = ss->channels;
+      return wait_turn(L, op);
+    }
+    cs_waitq_wake(L, &ss->q);
+    return nap(L, op);
   }
   if (rc) return exec_fail(L, op, "exec: open channel", "io");
   ss->channels++;
@@ -283,6 +302,10 @@ static int exec_k(lua_State *L, int status, lua_KContext ctx) {
     op_release(L, op);
     op->state = E_DONE;
     return cs_raise_cancelled(L);
+  }
+  if (w == CS_WAKE_TIMEOUT && op->napping) {
+    op->napping = 0;
+    return exec_step(L, op);
   }
   if (w == CS_WAKE_TIMEOUT) {
     op_release(L, op);
