@@ -31,10 +31,9 @@ enum { A_SESSION = 1, A_CMD, A_OPTS, A_OP, A_DEADLINE };
 /* libssh2 1.10 builds an exec request in one packet of at most 35000 bytes (measured: a
  * 33000-byte command goes, 35000 fails with -34); refuse before it says so opaquely. */
 #define MAX_COMMAND 32768
-/* sshd frees a closed channel's session slot only after it has read the whole batch of
- * packets holding our CLOSEs and the next OPEN, so an open right after a burst of closes can
- * be refused with nothing of ours open: retry, 20, 40, ... ms apart (CI saw one such refusal
- * in 30 commands at once on a MaxSessions 10 host). */
+/* An open can be refused while none of our channels is open, if sshd has not yet freed the
+ * session slots of channels we just closed (our likely reading of one CI failure: 30
+ * commands at once on a MaxSessions 10 host; not reproduced): retry, 20, 40, ... ms apart. */
 #define OPEN_RETRIES 8
 
 /* Doubling growth: 100 MB of output costs O(n) copies, not O(n^2). */
