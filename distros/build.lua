@@ -206,8 +206,7 @@ function M.create(src, opts)
   end
   local sources = {}
   for _, which in ipairs({ "files", "os" }) do
-    local list = which == "os" and field(doc, "spec", "config", "os", "files") or field(doc, "spec", "config", "files")
-    for i, f in ipairs(list_of(list)) do
+    for i, f in ipairs(list_of(pkg.file_list(doc, which))) do
       local r, why = stage_entry(f, i, which, base, stage, overrides, work)
       if not r then return fail(why) end
       if r.override then

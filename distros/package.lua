@@ -108,10 +108,18 @@ M.perm = schema.perm
 local function basename(p) return (p:gsub("/+$", "")):match("([^/]*)$") end
 M.basename = basename
 
+-- The raw list of config.files (which "files") or config.os.files (which "os"), nil when absent.
+-- Not `which == "os" and A or B`: an absent os.files would read as config.files.
+local function file_list(doc, which)
+  if which == "os" then return field(doc, "spec", "config", "os", "files") end
+  return field(doc, "spec", "config", "files")
+end
+M.file_list = file_list
+
 -- The normalised file entries of a list (config.files or config.os.files) -> entries | nil, why
 local function entries_of(doc, dir, which)
   local key = which == "os" and "spec.config.os.files" or "spec.config.files"
-  local list = which == "os" and field(doc, "spec", "config", "os", "files") or field(doc, "spec", "config", "files")
+  local list = file_list(doc, which)
   local out = {}
   if list == nil then return out end
   if type(list) ~= "table" then return nil, key .. ": must be a list" end

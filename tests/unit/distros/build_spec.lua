@@ -103,6 +103,53 @@ describe("cargoship package create", function()
     assert.is_nil(io.open(p.dir .. "/distro.yaml"))
   end)
 
+  it("stages config.files once when there is no config.os: they are not OS files", function()
+    write(root .. "/src/blob.bin", "payload\n")
+    write(root .. "/src/distro.yaml", [[
+kind: ZarfDistro
+metadata: {name: plain, version: 1.35.3, architecture: amd64}
+spec:
+  type: upstream
+  version: 1.35.3
+  config:
+    files:
+      - {source: blob.bin, target: /opt/blob.bin, perm: "0644"}
+]])
+    local out = assert(build.create(root .. "/src", { out = root }))
+    local names = {}
+    for _, e in ipairs(assert(require("cargoship.archive").list(out))) do
+      if e.type ~= "directory" and not e.name:match("/$") then names[#names + 1] = e.name end
+    end
+    table.sort(names)
+    assert.same({ "checksums.txt", "distro.yaml", "files/0/blob.bin" }, names)
+    local p = assert(package.read(out))
+    assert.equal(1, #p.files)
+    assert.same({}, p.os_files)
+    package.release(p)
+  end)
+
+  it("reads a Go-tool package that has config.files and no os/ directory", function()
+    local dir = root .. "/pkg"
+    write(dir .. "/files/0/blob.bin", "payload\n")
+    local sums = util.sha256("payload\n") .. " files/0/blob.bin\n"
+    write(dir .. "/checksums.txt", sums)
+    write(dir .. "/distro.yaml", [[
+kind: ZarfDistro
+metadata: {name: plain, version: 1.35.3, architecture: amd64, aggregateChecksum: ]] .. util.sha256(sums) .. [[}
+build: {architectures: [amd64]}
+spec:
+  type: upstream
+  version: 1.35.3
+  config:
+    files:
+      - {source: blob.bin, target: /opt/blob.bin}
+]])
+    local p = assert(package.read(dir))
+    assert.equal(1, #p.files)
+    assert.same({}, p.os_files)
+    package.release(p)
+  end)
+
   it("archives as .tar when metadata.uncompressed", function()
     source_dir(root)
     local text = read(root .. "/src/distro.yaml"):gsub("architecture: amd64}",
