@@ -5,7 +5,8 @@
 #        when RUNS > 1; SIZE_MIB=256; LAB_PREFIX/LAB_NET override the lab's csup/10.247.0)
 # Per N: brings up its own lab (debian/runit hosts), builds one package with `cargoship
 # package create` holding one SIZE_MIB file of random bytes (incompressible), then, each
-# cold and from an empty target directory on every host:
+# cold, from an empty target directory on every host and after a `sync` (no run pays for
+# the writeback of the one before it):
 #   cargoship  apply --distro PKG --skip-phases 18-22 (the package carries no engine) --confirm
 #              --concurrency N --concurrent-uploads N: the whole
 #              apply (connect, facts, lock, the upload phases, release), so its fixed cost
@@ -66,9 +67,12 @@ set -euo pipefail
 N=$1 RUNS=$2 STATE=$3 BIN=$4 WORK=$5 PKG=$6 SUM=$7
 CFG=$STATE/ssh_config HOSTS=$WORK/hosts-$N CLUSTER=$WORK/cluster-$N.yaml
 med() { sort -g | awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# every run starts with no dirty page cache: otherwise a run pays for the writeback of the
+# one before it (scp leaves its files unsynced) or of the package just built (the first run)
 reset_hosts() {
   xargs -a "$HOSTS" -P "$N" -I{} ssh -n -F "$CFG" {} \
     'rm -rf /opt/cs-bench /var/lib/cargoship/manifest.txt /etc/cargoship/distro-release.json; mkdir -p /opt/cs-bench'
+  sync
 }
 check_hosts() {
   local good
