@@ -52,6 +52,13 @@ spec:
   return root .. "/src"
 end
 
+-- A distro.yaml with config.files and no config.os (metadata extras, a top-level line)
+local function files_only_yaml(meta, top)
+  return "kind: ZarfDistro\nmetadata: {name: plain, version: 1.35.3, architecture: amd64" .. meta .. "}\n" .. top
+    .. "spec:\n  type: upstream\n  version: 1.35.3\n  config:\n    files:\n"
+    .. '      - {source: blob.bin, target: /opt/blob.bin, perm: "0644"}\n'
+end
+
 local function rebuild(root)
   return build.create(root .. "/src", { out = root,
     file_overrides = { "https://example.invalid=" .. root .. "/mirror" } })
@@ -105,20 +112,11 @@ describe("cargoship package create", function()
 
   it("stages config.files once when there is no config.os: they are not OS files", function()
     write(root .. "/src/blob.bin", "payload\n")
-    write(root .. "/src/distro.yaml", [[
-kind: ZarfDistro
-metadata: {name: plain, version: 1.35.3, architecture: amd64}
-spec:
-  type: upstream
-  version: 1.35.3
-  config:
-    files:
-      - {source: blob.bin, target: /opt/blob.bin, perm: "0644"}
-]])
+    write(root .. "/src/distro.yaml", files_only_yaml("", ""))
     local out = assert(build.create(root .. "/src", { out = root }))
     local names = {}
     for _, e in ipairs(assert(require("cargoship.archive").list(out))) do
-      if e.type ~= "directory" and not e.name:match("/$") then names[#names + 1] = e.name end
+      if e.type == "file" then names[#names + 1] = e.name end
     end
     table.sort(names)
     assert.same({ "checksums.txt", "distro.yaml", "files/0/blob.bin" }, names)
@@ -133,17 +131,8 @@ spec:
     write(dir .. "/files/0/blob.bin", "payload\n")
     local sums = util.sha256("payload\n") .. " files/0/blob.bin\n"
     write(dir .. "/checksums.txt", sums)
-    write(dir .. "/distro.yaml", [[
-kind: ZarfDistro
-metadata: {name: plain, version: 1.35.3, architecture: amd64, aggregateChecksum: ]] .. util.sha256(sums) .. [[}
-build: {architectures: [amd64]}
-spec:
-  type: upstream
-  version: 1.35.3
-  config:
-    files:
-      - {source: blob.bin, target: /opt/blob.bin}
-]])
+    write(dir .. "/distro.yaml",
+      files_only_yaml(", aggregateChecksum: " .. util.sha256(sums), "build: {architectures: [amd64]}\n"))
     local p = assert(package.read(dir))
     assert.equal(1, #p.files)
     assert.same({}, p.os_files)
