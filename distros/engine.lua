@@ -53,7 +53,7 @@ function Engine:extend(child)
   return setmetatable(child, self)
 end
 
--- o: {package = distros.package record}; an instance shares every method of its class.
+-- o: {package = cargoship.package record}; an instance shares every method of its class.
 function Engine:new(o)
   o = o or {}
   return setmetatable({ package = o.package, version = o.package and o.package.version }, self)

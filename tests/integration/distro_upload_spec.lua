@@ -180,7 +180,7 @@ describe("apply --distro: the upload phases on Debian and Rocky-flavoured hosts"
       assert.matches("engine\t/var/lib/rancher/rke2/", out)
       -- one tarball per image, for the host's arch, each naming its own tag
       for _, ref in ipairs(IMAGES) do
-        local name = require("distros.images").file_name(ref, "none")
+        local name = require("cargoship.package.images").file_name(ref, "none")
         assert.matches("image\t/var/lib/rancher/rke2/agent/images/" .. name:gsub("%p", "%%%0"), out)
         local c, o = ssh(i, "cd /tmp && tar -xOf /var/lib/rancher/rke2/agent/images/" .. name .. " manifest.json")
         assert.are.equal(0, c, o)

@@ -163,7 +163,7 @@ local function assert_plan_is_run(r)
 end
 
 local function version_of(path)
-  local distro_package = require "distros.package"
+  local distro_package = require "cargoship.package"
   local pkg = assert(distro_package.read(path))
   distro_package.release(pkg)
   return pkg.version

@@ -2,7 +2,7 @@
 --
 -- For build/lab-distros/{k3s,rke2,upstream}.tar.zst: `cargoship package verify` passes;
 -- `package inspect` names the engine and version and lists, for each of the RPM, APT and binary
--- flavours and each role, the files a host of that role takes (distros/uploads.lua's
+-- flavours and each role, the files a host of that role takes (lua/cargoship/phases/lib/uploads.lua's
 -- selection); the .rpm and .deb files inside are real packages (rpm -qp, dpkg-deb) holding the
 -- engine's files at the paths its configurer (distros/<engine>) looks at.
 local build = os.getenv("CARGOSHIP_BUILD_DIR") or "build"

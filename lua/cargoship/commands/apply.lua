@@ -371,7 +371,7 @@ function M.run(ctx, a)
   if refused then return refused end
   if apply_options.distro then
     -- the package is read before any host is touched: a bad one must stop the run here
-    local pkg, perr = require("distros.package").read(apply_options.distro)
+    local pkg, perr = require("cargoship.package").read(apply_options.distro)
     if not pkg then
       ctx.stderr:write("cargoship apply: --distro: ", tostring(perr), "\n")
       return ctx.exit.failure
@@ -384,7 +384,7 @@ function M.run(ctx, a)
     ctx.isatty and ctx.isatty.stdin)
   local ok, code = pcall(run_pipeline, ctx, cluster, apply_options)
   -- an archive was unpacked to a temp directory of ours: gone with the run
-  require("distros.package").release(apply_options.distro_package)
+  require("cargoship.package").release(apply_options.distro_package)
   if not ok then error(code, 0) end
   return code
 end

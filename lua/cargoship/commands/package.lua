@@ -60,7 +60,7 @@ function M.describe(p)
   local out = {}
   local function add(fmt, ...) out[#out + 1] = string.format(fmt, ...) end
   add("name:          %s", tostring(p.name))
-  add("version:       %s", tostring(require("distros.package").field(p.doc, "metadata", "version") or "-"))
+  add("version:       %s", tostring(require("cargoship.package").field(p.doc, "metadata", "version") or "-"))
   add("engine:        %s %s", p.type, p.version)
   add("architectures: %s", table.concat(p.architectures, ", "))
   add("checksum:      %s", p.aggregate or "(not built)")
@@ -87,9 +87,9 @@ end
 
 function M.run(ctx, a)
   local action, path = a.positional[1], a.positional[2]
-  local package = require "distros.package"
+  local package = require "cargoship.package"
   if action == "create" then
-    local out, err = require("distros.build").create(path, { out = a.options.output,
+    local out, err = require("cargoship.package.build").create(path, { out = a.options.output,
       file_overrides = a.options.file_override,
       warn = function(msg) ctx.stderr:write("cargoship package: warning: ", msg, "\n") end })
     if not out then return fail(ctx, err) end

@@ -20,7 +20,7 @@ reads no settings file (exit 2).
 Each schema is generated from its loader's own rules, so an editor or a CI validator sees
 the same fields, required fields, types, enums and patterns as cargoship: the cluster
 file's from lua/cargoship/config/fields.lua and the rule modules, the distro file's from
-the rule tree in distros/schema.lua that also checks every distro.yaml cargoship loads
+the rule tree in lua/cargoship/package/schema.lua that also checks every distro.yaml cargoship loads
 (`validate`, `package create|inspect|verify`, `apply`). Rules checked in code only are not
 in a schema, so cargoship remains the full check: for the cluster file one connection
 block, unique logins and hostnames, PEM and RE2 syntax, DNS names, ${VAR} under
@@ -37,7 +37,7 @@ M.arguments = { { name = "KIND", optional = true } }
 -- kind (ours or the Go tool's) -> the function that builds that schema
 local KINDS = {
   cluster = function() return require("cargoship.config.schema").cluster() end,
-  distro = function() return require("distros.schema").json_schema() end,
+  distro = function() return require("cargoship.package.schema").json_schema() end,
 }
 KINDS.inventory, KINDS.package = KINDS.cluster, KINDS.distro
 

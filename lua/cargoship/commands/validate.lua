@@ -158,14 +158,14 @@ local function distro_document(path)
   for j = 1, docs.n or #docs do
     if type(docs[j]) == "table" and docs[j].kind == "ZarfCluster" then return nil end
   end
-  local d, i = require("distros.package").pick(docs)
+  local d, i = require("cargoship.package").pick(docs)
   if d then return docs, d, i end
 end
 
 -- The Go tool's validate takes distro files too, by their kind: checked by the same rules as
--- every distro.yaml cargoship loads (distros/schema.lua).
+-- every distro.yaml cargoship loads (lua/cargoship/package/schema.lua).
 local function validate_distro(ctx, path, output, docs, d, i)
-  local errors = require("distros.schema").check(d, path, { require("cargoship.yaml").where(docs, i) }) or {}
+  local errors = require("cargoship.package.schema").check(d, path, { require("cargoship.yaml").where(docs, i) }) or {}
   local spec = type(d.spec) == "table" and d.spec or {}
   local summary = #errors == 0 and { name = type(d.metadata) == "table" and d.metadata.name or nil,
     type = spec.type, version = spec.version } or nil

@@ -3,7 +3,7 @@
 -- probes(want) -> {key = command}, one round trip; decide(want, res) -> records | {}, why
 -- (skipped: not Enforcing or no semodule) | nil, why (the host fails); record(old, want,
 -- current) -> the state record's text; restore_root(regex) -> the directory to relabel.
--- want = distros.os_config's selinux section. The order of the records is the phase's
+-- want = cargoship.package.os_config's selinux section. The order of the records is the phase's
 -- documented order (state record, modules, booleans, contexts).
 local cjson = require "cjson"
 local action = require "cargoship.action"

@@ -5,7 +5,7 @@
 -- leader, retried while the API settles. A leader that was running the package's version
 -- before this run has them already: nothing to do.
 local action = require "cargoship.action"
-local common = require "cargoship.phases.engine_common"
+local common = require "cargoship.phases.lib.engine_common"
 
 local M = {
   id = "apply_manifests",

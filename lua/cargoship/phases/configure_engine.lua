@@ -10,7 +10,7 @@
 -- bootstrap tokens expire; here it gets the containerd, registry and policy files.
 -- Sets ctx.join_secret (rancher: {token, agent_token}; upstream: nil).
 local action = require "cargoship.action"
-local common = require "cargoship.phases.engine_common"
+local common = require "cargoship.phases.lib.engine_common"
 local shell = require "cargoship.shell"
 
 local M = {

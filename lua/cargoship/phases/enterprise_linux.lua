@@ -13,7 +13,7 @@
 -- Without a distro package (--distro) the phase has nothing to do: there is no engine to
 -- prepare for and no package rpm, and this build installs no engine without one.
 local action = require "cargoship.action"
-local os_config = require "distros.os_config"
+local os_config = require "cargoship.package.os_config"
 local selinux = require "cargoship.os.selinux"
 local shell = require "cargoship.shell"
 

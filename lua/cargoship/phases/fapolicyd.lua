@@ -9,7 +9,7 @@
 -- files already match has nothing to do. fapolicyd installed but stopped: left alone, and
 -- the report says so.
 local action = require "cargoship.action"
-local os_config = require "distros.os_config"
+local os_config = require "cargoship.package.os_config"
 local shell = require "cargoship.shell"
 
 local M = {

@@ -4,7 +4,7 @@
 -- imageConfig.images, named as distro-package.md §9 says (every "/" becomes "_", cut at the
 -- first ":", plus the compression's suffix). rke2 and k3s import from their images directory
 -- at start, so they have nothing to do here; nor has a node running the package's version.
-local common = require "cargoship.phases.engine_common"
+local common = require "cargoship.phases.lib.engine_common"
 
 local M = {
   id = "import_images",

@@ -1,3 +1,3 @@
 -- Phase "Initialize Worker": workers not running yet are installed and started, in per-profile batches.
-return require("cargoship.phases.initialize").make {
+return require("cargoship.phases.lib.initialize").make {
   id = "initialize_worker", title = "Initialize Worker", role = "worker", order = "batches" }

@@ -12,7 +12,7 @@
 -- installed in ctx.installed_engine and this phase skips those.
 local engine = require "distros.engine"
 local shell = require "cargoship.shell"
-local uploads = require "distros.uploads"
+local uploads = require "cargoship.phases.lib.uploads"
 local action = require "cargoship.action"
 
 local M = {

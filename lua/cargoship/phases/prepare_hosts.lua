@@ -14,7 +14,7 @@
 -- kernel lacks is loaded), so a converged host has nothing to do.
 local action = require "cargoship.action"
 local linux = require "cargoship.os.linux"
-local os_config = require "distros.os_config"
+local os_config = require "cargoship.package.os_config"
 local shell = require "cargoship.shell"
 
 local M = {

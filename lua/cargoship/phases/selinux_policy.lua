@@ -17,7 +17,7 @@
 --      when `semanage fcontext -l -C` already lists the path with that type
 -- A failed step stops the host there, and the failure names the step; later steps are not
 -- run. A converged host has nothing to do.
-local os_config = require "distros.os_config"
+local os_config = require "cargoship.package.os_config"
 local policy = require "cargoship.os.selinux_policy"
 
 local M = {

@@ -8,7 +8,7 @@
 -- /var/lib/cargoship/manifest.txt (category and path of each shipped file; files an earlier
 -- package shipped and this one does not are removed) and /etc/cargoship/distro-release.json
 -- (0600): all four upload phases' files are known by then.
-local uploads = require "distros.uploads"
+local uploads = require "cargoship.phases.lib.uploads"
 
 local M = {
   id = "upload_binaries",

@@ -7,8 +7,8 @@
 -- the entry says (distro-package.md §14.2). Partial uploads a cut run left beside a target
 -- are removed first. Image tarballs are exported per architecture the hosts run, named so
 -- no two references collide (§14.5), to spec.config.imageConfig.path.
--- At most --concurrent-uploads hosts upload at once (distros.uploads.run).
-local uploads = require "distros.uploads"
+-- At most --concurrent-uploads hosts upload at once (cargoship.phases.lib.uploads.run).
+local uploads = require "cargoship.phases.lib.uploads"
 
 local M = {
   id = "upload_files",

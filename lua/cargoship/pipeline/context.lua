@@ -9,7 +9,7 @@
 --   transport the run's transport, built by the command and given to every host; phases
 --             never use it (host:connect does)
 --   run_id    a string naming this run (lock holder, temp file names)
---   distro    the distro package (distros.package) or nil
+--   distro    the distro package (cargoship.package) or nil
 --   env       function(name) -> value: the environment the command runs in (os.getenv)
 --   -- what phases learn and hand on, declared here so none is a string key of a bag:
 --   leader          the Host leading the cluster: the first controller until "Gathering facts

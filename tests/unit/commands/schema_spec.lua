@@ -107,10 +107,10 @@ describe("cargoship schema", function()
   end)
 end)
 
--- The distro file's schema and its loader: one rule tree (distros/schema.lua) drives both.
+-- The distro file's schema and its loader: one rule tree (lua/cargoship/package/schema.lua) drives both.
 describe("cargoship schema distro", function()
-  local dschema = require "distros.schema"
-  local rules = require "distros.rules"
+  local dschema = require "cargoship.package.schema"
+  local rules = require "cargoship.package.rules"
   local FIVE = "tests/fixtures/distros/five-mistakes.yaml"
 
   -- every distro.yaml the repository holds, and one written by `package create`
@@ -129,7 +129,7 @@ describe("cargoship schema distro", function()
       .. "      - {name: motd, data: \"hello\\n\", target: /etc/motd, perm: \"0644\"}\n"
       .. "    os:\n      files:\n        - {data: \"#!/bin/sh\\n\", target: /usr/local/bin/k3s, executable: true,"
       .. " selector: {package: binary}}\n")
-    local archive = assert(require("distros.build").create(dir, { out = dir, now = 1700000000 }))
+    local archive = assert(require("cargoship.package.build").create(dir, { out = dir, now = 1700000000 }))
     assert(os.execute("mkdir -p " .. dir .. "/x && tar --zstd -xf " .. archive .. " -C " .. dir .. "/x distro.yaml"))
     return dir .. "/x/distro.yaml", archive
   end
@@ -151,9 +151,9 @@ describe("cargoship schema distro", function()
       assert.equal(0, code, err)
       assert.matches(" is valid.", out, 1, true)
       -- a built distro.yaml is read as part of its package (it is verified against checksums.txt)
-      local p = require("distros.package").read(f == built and archive or f)
+      local p = require("cargoship.package").read(f == built and archive or f)
       assert.truthy(p, f)
-      require("distros.package").release(p)
+      require("cargoship.package").release(p)
     end
     local text = assert(io.open(files[#files])):read("a")
     assert.matches("aggregateChecksum", text, 1, true) -- the build section and checksum were checked too
@@ -175,12 +175,12 @@ describe("cargoship schema distro", function()
       FIVE .. ": 5 errors", "" }
     assert.equal(table.concat(want, "\n"), err)
     -- and every command that loads a distro file refuses it the same way, before anything else
-    local p, why = require("distros.package").read(FIVE)
+    local p, why = require("cargoship.package").read(FIVE)
     assert.is_nil(p)
     assert.equal(table.concat(want, "\n", 1, 5), why)
     local dir = support.temp_dir()
     assert(os.execute("cp " .. FIVE .. " " .. dir .. "/distro.yaml"))
-    local built, berr = require("distros.build").create(dir, { out = dir })
+    local built, berr = require("cargoship.package.build").create(dir, { out = dir })
     assert.is_nil(built)
     assert.matches('spec.config.imageConfig.image: unknown field "image"', berr, 1, true)
     support.remove_tree(dir)

@@ -11,7 +11,7 @@
 --   ctx          context fields: dry_run (default true), cluster, locks, leader, options,
 --                engine_type, join_secret, ...; distro = a package record (sets ctx.engine);
 --                distro_os = a package's spec.config.os as written (the
---                run gets the package distros.os_config makes of it)
+--                run gets the package cargoship.package.os_config makes of it)
 --   probes       answers to host:probes keys: a string (stdout, exit 0), {out, code}, or
 --                {fixture = "os-release/debian-12"} (a file under tests/fixtures)
 --   commands     answers to any other command: {match = substring, out, code}; a command
@@ -27,7 +27,7 @@ local cjson = require "cjson"
 local action = require "cargoship.action"
 local custom = require "cargoship.pipeline.custom"
 local loop = require "cargoship.loop"
-local os_config = require "distros.os_config"
+local os_config = require "cargoship.package.os_config"
 local os_registry = require "cargoship.os"
 local support = require "unit.phases.support"
 

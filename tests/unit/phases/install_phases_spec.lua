@@ -3,7 +3,7 @@
 -- Hosts are real Host objects (not dry run) over scripted connections: each command is
 -- answered by the first rule whose pattern it contains, and recorded per host, so a spec
 -- can say which host ran what, in which order.
-local common = require "cargoship.phases.engine_common"
+local common = require "cargoship.phases.lib.engine_common"
 local host_mod = require "cargoship.host"
 local loop = require "cargoship.loop"
 local os_registry = require "cargoship.os"

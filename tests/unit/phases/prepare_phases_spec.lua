@@ -1,7 +1,7 @@
 -- Specs of which hosts phases 9-13 concern (prepare): the flags, the package and the OS gate them.
 local support = require "unit.phases.support"
 local os_registry = require "cargoship.os"
-local os_config = require "distros.os_config"
+local os_config = require "cargoship.package.os_config"
 
 local function hosts()
   local el = support.host({ name = "el1" })

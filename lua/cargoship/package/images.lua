@@ -1,4 +1,4 @@
--- distros.images: OCI images in a distro package: copied in at build, one tarball per image and arch at apply.
+-- cargoship.package.images: OCI images in a distro package: copied in at build, one tarball per image and arch.
 --
 -- No registry is ever contacted: create reads images from local OCI layouts (a directory with
 -- oci-layout, index.json, blobs/) or OCI archives (the same, as a tar) the package names in
@@ -125,7 +125,7 @@ function M.copy(sources, refs, arches, dest, base)
       f:close()
       layouts[#layouts + 1] = p
     elseif io.open(p, "rb") then
-      local d = require("distros.package").unpack(p)
+      local d = require("cargoship.package").unpack(p)
       if not d then
         cleanup()
         return nil, string.format("spec.config.imageConfig.sources[%d]: %s: not an OCI archive", i - 1, s)

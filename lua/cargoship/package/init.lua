@@ -1,4 +1,4 @@
--- distros.package: loads a distro package (archive, directory or bare distro.yaml), verifies it, lists its files.
+-- cargoship.package: loads a distro package (archive, directory or bare distro.yaml), verifies it, lists its files.
 --
 -- read(path) -> pkg | nil, why
 --   path: a built package archive (.tar.zst, .tar, .tar.gz: unpacked to a temp directory),
@@ -18,9 +18,9 @@
 --   with §14.6 fixed: a listed file that is missing is an error).
 -- Architectures: build.architectures (written by create, authoritative), else
 -- build.architecture, else metadata.architectures, else metadata.architecture, else amd64.
--- os: spec.config.os checked and normalized (distros.os_config).
+-- os: spec.config.os checked and normalized (cargoship.package.os_config).
 local errors = require "cargoship.config.errors"
-local schema = require "distros.schema"
+local schema = require "cargoship.package.schema"
 local util = require "cargoship.util"
 
 local M = {}
@@ -51,7 +51,7 @@ end
 M.pick = pick
 
 -- Every mistake of the ZarfDistro document of docs (loaded from file), by the rules of
--- distros.schema -> nil | the errors as text, one "file:line:col: path: problem" a line.
+-- cargoship.package.schema -> nil | the errors as text, one "file:line:col: path: problem" a line.
 function M.check(docs, file)
   local d, i = pick(docs)
   if not d then return file .. ": no document with kind: ZarfDistro" end
@@ -101,7 +101,7 @@ function M.safe_relative(p)
   return true
 end
 
--- A target on the host, and a file's perm ("0644" | nil, why): distros.schema's rules.
+-- A target on the host, and a file's perm ("0644" | nil, why): cargoship.package.schema's rules.
 M.safe_target = schema.safe_target
 M.perm = schema.perm
 
@@ -297,7 +297,7 @@ function M.read(path)
   local section = field(d, "spec", "config", "engine")
   local ic = field(d, "spec", "config", "imageConfig") or {}
   -- spec.config.os: checked here, so a bad section stops apply before any host is touched
-  local os_section, os_err = require("distros.os_config").normalize(field(d, "spec", "config", "os"),
+  local os_section, os_err = require("cargoship.package.os_config").normalize(field(d, "spec", "config", "os"),
     yaml_path:match("^(.*)/[^/]*$") or ".")
   if not os_section then return fail(yaml_path .. ": " .. os_err) end
   return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = yaml_path,

@@ -1,5 +1,5 @@
--- Specs for reading a distro.yaml's type, version and architectures (distros.package).
-local package_reader = require "distros.package"
+-- Specs for reading a distro.yaml's type, version and architectures (cargoship.package).
+local package_reader = require "cargoship.package"
 
 local dir
 
@@ -13,7 +13,7 @@ end
 
 local HEAD = "apiVersion: zarf.dev/v1alpha1\nkind: ZarfDistro\n"
 
-describe("distros.package.read", function()
+describe("cargoship.package.read", function()
   setup(function()
     dir = os.tmpname()
     os.remove(dir)

@@ -1,4 +1,4 @@
--- distros.rules: a small declarative rule language; one rule tree both checks a document and writes its JSON Schema.
+-- package.rules: a small declarative rule language; one rule tree both checks a document and writes its JSON Schema.
 --
 -- A rule is a table made by one of the constructors below. M.check(ctx, rule, doc, path)
 -- walks a parsed YAML document against it and reports every mistake through ctx.errs (a

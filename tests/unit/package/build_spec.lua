@@ -1,6 +1,6 @@
 -- Specs of `cargoship package create/inspect/verify`: offline builds, and each corruption named by its file.
-local build = require "distros.build"
-local package = require "distros.package"
+local build = require "cargoship.package.build"
+local package = require "cargoship.package"
 local util = require "cargoship.util"
 local yaml = require "cargoship.yaml"
 

@@ -1,4 +1,5 @@
--- distros.uploads: what the upload phases (14-17) ship to a host and how they assess it: one probe, then exact records.
+-- phases.lib.uploads: what the upload phases (14-17) ship to a host and how they assess it: one probe, then exact
+-- records.
 --
 -- items(ctx, host, which) -> list of item | nil, why; which = "common" (phase 14: config.files
 --   by arch as "file", the cluster's hosts[].files as "data", image tarballs as "image") or
@@ -17,7 +18,7 @@
 --   /etc/cargoship/distro-release.json (0600), and removal of files an earlier package shipped
 --   that this one does not.
 local action = require "cargoship.action"
-local images = require "distros.images"
+local images = require "cargoship.package.images"
 local shell = require "cargoship.shell"
 local util = require "cargoship.util"
 local transport = require "cargoship.transport"

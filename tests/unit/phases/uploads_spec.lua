@@ -1,5 +1,5 @@
--- Specs of distros.uploads: engine method choice, the one-probe assessment run by a real shell, manifest records.
-local uploads = require "distros.uploads"
+-- Specs of phases.lib.uploads: engine method choice, the one-probe assessment run by a real shell, manifest records.
+local uploads = require "cargoship.phases.lib.uploads"
 local util = require "cargoship.util"
 
 local function tmpdir()
@@ -29,7 +29,7 @@ local function host(ptype, role, arch)
            os = { package_type = ptype } }
 end
 
-describe("distros.uploads.method", function()
+describe("cargoship.phases.lib.uploads.method", function()
   local ctx = { distro = { os_files = {
     entry("rpm", "/var/lib/rancher/rke2/rpm/a.rpm"),
     entry("apt", "/var/lib/rancher/rke2/deb/a.deb",
@@ -60,7 +60,7 @@ describe("distros.uploads.method", function()
   end)
 end)
 
-describe("distros.uploads assessment against a real shell", function()
+describe("cargoship.phases.lib.uploads assessment against a real shell", function()
   local dir
   before_each(function() dir = tmpdir() end)
   after_each(function() os.execute("rm -rf " .. util.quote(dir)) end)
@@ -138,7 +138,7 @@ describe("distros.uploads assessment against a real shell", function()
   end)
 end)
 
-describe("distros.uploads records", function()
+describe("cargoship.phases.lib.uploads records", function()
   it("lists category and path sorted, binaries by their target", function()
     assert.equal("engine\t/usr/local/bin/rke2\nfile\t/etc/a\nimage\t/var/i.tar\n", uploads.manifest_text({
       { category = "image", path = "/var/i.tar" }, { category = "file", path = "/etc/a" },

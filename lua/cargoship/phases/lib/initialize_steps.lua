@@ -1,11 +1,11 @@
--- cargoship.phases.initialize_steps: the steps of phases 20 and 22: install the staged engine, kubeadm init and join.
+-- phases.lib.initialize_steps: the steps of phases 20 and 22: install the staged engine, kubeadm init and join.
 --
 -- install_engine: the staged engine files as phase 25 would install them; marks the host in
 -- ctx.installed_engine. kubeadm_init: init on the leader, then the join secret saved there.
 -- kubeadm_join: a fresh token (and, for a control plane, a certificate key) from the
 -- leader at join time, the JoinConfiguration written, kubeadm join. Plus engine_common's.
 local action = require "cargoship.action"
-local common = require "cargoship.phases.engine_common"
+local common = require "cargoship.phases.lib.engine_common"
 local shell = require "cargoship.shell"
 
 local steps = setmetatable({}, { __index = common.steps })
@@ -19,7 +19,7 @@ function steps.install_engine(ctx, host)
   local staged = common.staged(host)
   if staged then
     acts = ctx.engine:install(common.node(host), staged, host.os)
-  elseif ctx.distro.os_files and require("distros.uploads").method(ctx, host) then
+  elseif ctx.distro.os_files and require("cargoship.phases.lib.uploads").method(ctx, host) then
     acts = require("cargoship.phases.install_staged").assess(ctx, host)
   else
     return nil, host.name .. ": " .. ctx.engine.name .. " is not installed and no engine files were staged"

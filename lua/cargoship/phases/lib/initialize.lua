@@ -1,4 +1,4 @@
--- cargoship.phases.initialize: phases 20 and 22 built from one description: install and start nodes not running yet.
+-- phases.lib.initialize: phases 20 and 22 built from one description: install and start nodes not running yet.
 --
 -- M.make{id, title, role, order = "serial"|"batches"} -> phase. A node of that role has work
 -- when its engine service is not running; a running node (at the package's version or not:
@@ -12,7 +12,7 @@
 -- batches: per-profile batches (engine_common.batches), a batch at a time.
 -- A failure names the host and the cause, with the service's recent log for a failed start.
 local action = require "cargoship.action"
-local common = require "cargoship.phases.engine_common"
+local common = require "cargoship.phases.lib.engine_common"
 
 local M = {}
 
@@ -72,7 +72,7 @@ local function records(ctx, host)
   return setmetatable(out, nil)
 end
 
-local steps = require "cargoship.phases.initialize_steps"
+local steps = require "cargoship.phases.lib.initialize_steps"
 
 function M.make(o)
   local phase = {

@@ -1,4 +1,4 @@
--- cargoship.phases.engine_common: what phases 18-22 share: who has work, the node views, waiting for Ready, batches.
+-- phases.lib.engine_common: what phases 18-22 share: who has work, the node views, waiting for Ready, batches.
 --
 -- settled(host): the node runs the package's version (distro_facts found its service
 -- running and judged "same") and has joined (phase 6 found its node, or listed none): it

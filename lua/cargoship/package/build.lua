@@ -1,13 +1,13 @@
--- distros.build: `cargoship package create`: a distro.yaml directory's files, images and values into an archive.
+-- package.build: `cargoship package create`: a distro.yaml directory's files, images and values into a package.
 --
 -- create(src, {out = path|dir|nil, file_overrides = {"PREFIX=DIR", ...}, now = epoch}) -> archive path | nil, why
 -- Offline by design (hosts and build machines are often air-gapped): a file's source is a
 -- local path (relative to the distro.yaml's directory), inline `data`, or a URL that one
 -- --file-override maps to a local mirror (its shasum is then required); images come from
--- imageConfig.sources (distros.images). onCreate actions are not run (refused: they would
+-- imageConfig.sources (cargoship.package.images). onCreate actions are not run (refused: they would
 -- fetch from the network). Layout and names: distro-package.md §8, §10, §11.
-local images = require "distros.images"
-local pkg = require "distros.package"
+local images = require "cargoship.package.images"
+local pkg = require "cargoship.package"
 local util = require "cargoship.util"
 
 local M = {}

@@ -1,9 +1,9 @@
--- Specs of distros.images: hand-made OCI layouts (a two-arch index) carried by create, exported, read by skopeo.
+-- Specs of package.images: hand-made OCI layouts (a two-arch index) carried by create, exported, read by skopeo.
 local archive = require "cargoship.archive"
-local build = require "distros.build"
-local images = require "distros.images"
+local build = require "cargoship.package.build"
+local images = require "cargoship.package.images"
 local json = require "cargoship.json"
-local package = require "distros.package"
+local package = require "cargoship.package"
 local util = require "cargoship.util"
 
 local function tmpdir()

@@ -1,4 +1,4 @@
--- distros.os_config: spec.config.os of a distro package, checked and normalized for the prepare phases (8-11).
+-- package.os_config: spec.config.os of a distro package, checked and normalized for the prepare phases (8-11).
 --
 -- M.normalize(section, dir) -> os | nil, why       (section: spec.config.os as parsed; nil = {})
 --   os = { sysctl = {key = "text"}, env = {NAME = "text"}, kernel = {"br_netfilter", ..},
@@ -7,7 +7,7 @@
 --                      booleans = {name = bool}, file_contexts = {{path, type, file_type}} },
 --          files = {{index (1-based), target, source (local staged path), sha256, package,
 --                    basename}} }
--- Field rules (distro-package.md §7) are distros/schema.lua's; `fapolicydExecutable` is our name for the
+-- Field rules (distro-package.md §7) are lua/cargoship/package/schema.lua's; `fapolicydExecutable` is our name for the
 -- executable-rules text the newest upstream phase writes to 32-cargoship-executable.rules
 -- (upstream names no source field). Staged files sit at <dir>/os/<index-1>/<basename(target)>.
 local M = {}
@@ -42,7 +42,7 @@ end
 
 local function basename(p) return (p:match("([^/]+)/*$")) end
 
--- The section must have passed distros.schema's rules (distros.package.read checks them
+-- The section must have passed cargoship.package.schema's rules (cargoship.package.read checks them
 -- first: every mistake located, by the rules `cargoship schema distro` publishes); this
 -- only shapes it. A section that is not a mapping is still refused, for callers with none.
 function M.normalize(section, dir)
@@ -77,7 +77,7 @@ function M.file_sha256(f)
   return f.sha256, f.size
 end
 
--- The os section of a package read by distros.package, or the empty one without a package.
+-- The os section of a package read by cargoship.package, or the empty one without a package.
 function M.of(pkg)
   if pkg and pkg.os then return pkg.os end
   return assert(M.normalize(nil, nil))

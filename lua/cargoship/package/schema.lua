@@ -1,13 +1,13 @@
--- distros.schema: the distro file's (ZarfDistro) rules as data; they check every distro.yaml and write its schema.
+-- package.schema: the distro file's (ZarfDistro) rules as data; they check every distro.yaml and write its schema.
 --
--- M.ROOT is the rule tree (distros.rules) of distro-package.md §2-§10. M.check(doc, file)
+-- M.ROOT is the rule tree (cargoship.package.rules) of distro-package.md §2-§10. M.check(doc, file)
 -- reports every mistake at file:line:col with its path, as the cluster loader does;
 -- M.json_schema() is the JSON Schema of the same tree. Both read only M.ROOT, so a field
 -- added here is checked and published at once, and a field missing here is an unknown
 -- field in both. Rules only code can say (a target is an absolute path without "..", an
 -- octal mode's owner digit, a version that parses, a file entry with `source` or `data`)
 -- are `check` functions: checked, not in the schema.
-local R = require "distros.rules"
+local R = require "cargoship.package.rules"
 local errors = require "cargoship.config.errors"
 
 local M = {}
