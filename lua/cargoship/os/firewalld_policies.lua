@@ -18,7 +18,7 @@
 -- actions(want, permanent, runtime) -> records, lags (the runtime differs from the wanted set)
 local action = require "cargoship.action"
 local shell = require "cargoship.shell"
-local util = require "cargoship.util"
+local digest = require "cargoship.digest"
 
 local M = {}
 
@@ -35,7 +35,7 @@ end
 M.PROBE, M.PROBE_RUNTIME = probe(true), probe(false)
 
 function M.forward_name(ingress, egress)
-  return "cargoship-fwd-" .. util.sha256(ingress .. "\n" .. egress):sub(1, 4)
+  return "cargoship-fwd-" .. digest.sha256(ingress .. "\n" .. egress):sub(1, 4)
 end
 
 -- The policies the rules call for, in a stable order (out first, then forward by first use).
