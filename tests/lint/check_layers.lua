@@ -1,4 +1,4 @@
--- tests/lint/check_layers.lua: reads every module's literal requires and reports each edge tests/lint/layers.lua forbids.
+-- tests/lint/check_layers.lua: every module's literal requires, and each edge tests/lint/layers.lua forbids.
 --
 -- M.modules(root) -> {name = "cargoship.phases.connect", path = "lua/cargoship/phases/connect.lua"}, ...
 -- M.runtime_families(root) -> {"cargoship.loop", ...} from runtime/*.c's luaopen_cargoship_<family>

@@ -1,4 +1,4 @@
--- tests/lint/layers.lua: who may require whom (design.md §4, "the house's load-bearing walls"), as data the layer lint reads.
+-- tests/lint/layers.lua: who may require whom (design.md §4, the load-bearing walls), as data for the layer lint.
 --
 -- A module belongs to the first layer whose pattern matches its name. The C runtime's
 -- families (runtime/*.c, luaopen_cargoship_<family>) are the layer "runtime"; the checker
