@@ -44,7 +44,7 @@ describe("import_images with a package built by `package create`", function()
       end
     end))
     assert.are.same(uploaded, imported)
-    assert.are.same(uploaded, import_images.tarballs(ctx.distro))
+    assert.are.same(uploaded, require("cargoship.package.images").host_paths(ctx.distro))
   end)
 
   it("k3s: the tarballs are uploaded into its images directory, and it imports them itself", function()
