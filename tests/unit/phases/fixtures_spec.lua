@@ -13,8 +13,7 @@
 --                tests/fixtures/packages holding a distro.yaml (+ its files and images): the
 --                spec builds it with `package create` and reads the archive with the real
 --                reader, once per run, as ctx.distro (and ctx.engine from it);
---                distro_os = a package's spec.config.os as written (the
---                run gets the package cargoship.package.os_config makes of it)
+--                a phase that reads only spec.config.os names a package too (os-*)
 --   probes       answers to host:probes keys: a string (stdout, exit 0), {out, code}, or
 --                {fixture = "os-release/debian-12"} (a file under tests/fixtures)
 --   commands     answers to any other command: {match = substring, out, code}; a command
@@ -30,7 +29,6 @@ local cjson = require "cjson"
 local action = require "cargoship.action"
 local custom = require "cargoship.pipeline.custom"
 local loop = require "cargoship.loop"
-local os_config = require "cargoship.package.os_config"
 local os_registry = require "cargoship.os"
 local packages = require "unit.phases.packages"
 local support = require "unit.phases.support"
@@ -120,12 +118,10 @@ local function run_case(case, id)
   local fields = case.ctx or {}
   local ctx = support.ctx(hosts, { cluster = fields.cluster, dry_run = fields.dry_run })
   for k, v in pairs(fields) do
-    if k ~= "cluster" and k ~= "dry_run" and k ~= "distro_os" and k ~= "package" then ctx[k] = v end
+    if k ~= "cluster" and k ~= "dry_run" and k ~= "package" then ctx[k] = v end
   end
-  if fields.distro_os then
-    ctx.distro = { type = fields.engine_type, engine = {}, os = assert(os_config.normalize(fields.distro_os, "/pkg")) }
-  end
-  assert(fields.distro == nil, "ctx.distro is built from ctx.package (a directory under tests/fixtures/packages)")
+  assert(fields.distro == nil and fields.distro_os == nil,
+    "a package comes from ctx.package (a directory under tests/fixtures/packages), never a hand-written table")
   if fields.package then
     ctx.distro = packages.of(fields.package)
     ctx.engine = assert(require("distros.engine").for_package(ctx.distro))
