@@ -17,6 +17,8 @@ ld_stamp "v$V" "$src/kubelet"
 cp /usr/bin/kubectl /usr/bin/openssl "$s/systemd/kubelet.service" "$s/systemd/kubelet.service.d/10-kubeadm.conf" \
   "$here/kubelet.env" "$here/10-lab-bridge.conflist" "$here/../common/rpm-service.inc" "$src/"
 ld_sv kubelet kubelet
+# one image, so an install proves phase 14 uploads it and phase 18 imports it on every node
+/usr/bin/python3 "$s/../mkimage.py" "$src/hello.tar" registry.lab.internal/cargoship/hello:1.0 "cargoship lab image"
 
 # RPM flavour
 ld_rpm "$here/kubernetes.spec" --define "k8s_version $V" --define "k8s_release 150500.1.1"

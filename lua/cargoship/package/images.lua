@@ -8,6 +8,9 @@
 --   copy(sources, refs, arches, dest_dir) -> true | nil, why     (build: dest_dir/images/)
 --   export(layout, ref, arch, out_path, compression) -> {digest, size} | nil, why
 --   file_name(ref, compression) -> collision-free tarball name (distro-package.md §14.5)
+--   host_path(pkg, ref) -> where ref's tarball lives on a host | nil, why: the one name phase 14
+--     uploads to and phase 18 imports from (pkg as cargoship.package.read returns it)
+--   host_paths(pkg) -> {path...} in pkg.images order | nil, why
 -- An exported tarball is both an OCI archive (oci-layout, index.json) and a docker archive
 -- (manifest.json with RepoTags): rke2/k3s import either, `ctr images import` too.
 local json = require "cargoship.json"
@@ -188,6 +191,24 @@ function M.file_name(ref, compression)
   local suffix = ({ none = ".tar", gz = ".tar.gz", gzip = ".tar.gz", zstd = ".tar.zst" })[compression or "none"]
     or ".tar"
   return ref:gsub("[^%w%.%-]", "_") .. "-" .. util.sha256(ref):sub(1, 8) .. suffix
+end
+
+function M.host_path(pkg, ref)
+  local dir = pkg.image_config and pkg.image_config.path
+  if type(dir) ~= "string" or dir == "" then
+    return nil, "the package carries images but spec.config.imageConfig.path is not set"
+  end
+  return dir:gsub("/+$", "") .. "/" .. M.file_name(ref, pkg.image_config.compression)
+end
+
+function M.host_paths(pkg)
+  local out = {}
+  for i, ref in ipairs(pkg.images or {}) do
+    local p, why = M.host_path(pkg, ref)
+    if not p then return nil, why end
+    out[i] = p
+  end
+  return out
 end
 
 -- A docker RepoTags entry; a reference by digest has none.

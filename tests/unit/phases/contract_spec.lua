@@ -4,10 +4,13 @@ local contract = require "cargoship.pipeline.contract"
 local PHASES = { "connect", "detect_os", "gather_facts", "validate_hosts", "distro_facts", "removed_nodes" }
 
 local function spec_titles()
-  local src = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
-  -- the spec lives beside the checkout; without it the titles are not compared
-  local f = io.open(src .. "/../shared/spec/apply-phases.txt")
-  if not f then return nil end
+  -- the spec lives beside the checkout (CI lays shared/ beside the clone), or where
+  -- CARGOSHIP_SHARED_DIR says (cmake -DCS_SHARED_DIR=..., for a worktree elsewhere): without it this fails
+  local shared = os.getenv("CARGOSHIP_SHARED_DIR")
+  if not shared or shared == "" then shared = (os.getenv("CARGOSHIP_SOURCE_DIR") or ".") .. "/../shared" end
+  local path = shared .. "/spec/apply-phases.txt"
+  local f = io.open(path)
+  assert(f, path .. " is missing: the phase titles are checked against it (shared/ must sit beside the checkout)")
   local titles = {}
   for line in f:lines() do
     local n, title = line:match("^(%d+)%. (.+)$")
@@ -25,7 +28,8 @@ describe("preflight phases", function()
       assert.equal(id, phase.id)
       assert.equal("read_only", phase.dry_run)
       local titles = spec_titles()
-      if titles then assert.equal(titles[i], phase.title) end
+      assert.is_string(titles[i], "apply-phases.txt has no phase " .. i)
+      assert.equal(titles[i], phase.title)
     end)
   end
 end)

@@ -9,9 +9,11 @@
 --                {ports, firewall}, connection), os = an OS configurer id ("rocky")
 --   peers        other hosts of the run, {name, role, facts}: not probed, only seen
 --   ctx          context fields: dry_run (default true), cluster, locks, leader, options,
---                engine_type, join_secret, ...; distro = a package record (sets ctx.engine);
---                distro_os = a package's spec.config.os as written (the
---                run gets the package cargoship.package.os_config makes of it)
+--                engine_type, join_secret, ...; package = the name of a directory under
+--                tests/fixtures/packages holding a distro.yaml (+ its files and images): the
+--                spec builds it with `package create` and reads the archive with the real
+--                reader, once per run, as ctx.distro (and ctx.engine from it);
+--                a phase that reads only spec.config.os names a package too (os-*)
 --   probes       answers to host:probes keys: a string (stdout, exit 0), {out, code}, or
 --                {fixture = "os-release/debian-12"} (a file under tests/fixtures)
 --   commands     answers to any other command: {match = substring, out, code}; a command
@@ -27,8 +29,8 @@ local cjson = require "cjson"
 local action = require "cargoship.action"
 local custom = require "cargoship.pipeline.custom"
 local loop = require "cargoship.loop"
-local os_config = require "cargoship.package.os_config"
 local os_registry = require "cargoship.os"
+local packages = require "unit.phases.packages"
 local support = require "unit.phases.support"
 
 local SRC = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
@@ -116,14 +118,13 @@ local function run_case(case, id)
   local fields = case.ctx or {}
   local ctx = support.ctx(hosts, { cluster = fields.cluster, dry_run = fields.dry_run })
   for k, v in pairs(fields) do
-    if k ~= "cluster" and k ~= "dry_run" and k ~= "distro_os" then ctx[k] = v end
+    if k ~= "cluster" and k ~= "dry_run" and k ~= "package" then ctx[k] = v end
   end
-  if fields.distro_os then
-    ctx.distro = { type = fields.engine_type, engine = {}, os = assert(os_config.normalize(fields.distro_os, "/pkg")) }
-  end
-  if fields.distro then
-    ctx.distro = fields.distro
-    ctx.engine = assert(require("distros.engine").for_package(fields.distro))
+  assert(fields.distro == nil and fields.distro_os == nil,
+    "a package comes from ctx.package (a directory under tests/fixtures/packages), never a hand-written table")
+  if fields.package then
+    ctx.distro = packages.of(fields.package)
+    ctx.engine = assert(require("distros.engine").for_package(ctx.distro))
   end
   local ok, a, b = loop.run(function()
     local want = case.actions or {}
@@ -160,6 +161,7 @@ end
 
 describe("phase fixtures (tests/fixtures/phases/<id>/)", function()
   local ids = ls(DIR)
+  teardown(packages.release)
 
   it("cover the phases that plan work, each in a directory named after its id", function()
     local have = {}

@@ -1,9 +1,13 @@
 -- Specs of the phase contract, and the contract check of every phase module apply's pipeline lists.
+local config = require "cargoship.config"
 local contract = require "cargoship.pipeline.contract"
 local context = require "cargoship.pipeline.context"
 local host_mod = require "cargoship.host"
 local log = require "cargoship.log"
 local loop = require "cargoship.loop"
+local os_registry = require "cargoship.os"
+local packages = require "unit.phases.packages"
+local phase_support = require "unit.phases.support"
 local S = require "unit.pipeline.support"
 
 local function problems_of(phase)
@@ -123,15 +127,31 @@ local function exists(name)
   return package.loaded[name] ~= nil or package.searchpath(name, package.path) ~= nil
 end
 
--- Hosts whose every write fails the spec (recorded, then raised), over a connection that
--- answers every read with nothing.
+-- The apply context a phase sees after the read-only phases, built as apply builds it: the
+-- cluster through the real loader (config.load_string), the package built by `package create`
+-- and read by the real reader (tests/fixtures/packages/upstream: files, images, manifests),
+-- the engine from it (context.new), and each host with the facts phases 1-6 leave. Every
+-- write a host is asked for is recorded, then raised; every probe of a batch answers exit 127
+-- (a missing tool) and any other read "" with exit 0 (unit.phases.support's connection).
+local CLUSTER = [[
+apiVersion: zarf.dev/v1alpha1
+kind: ZarfCluster
+metadata: {name: contract}
+spec:
+  config: {loadbalancer: 192.0.2.10}
+  hosts:
+    - {role: controller, ssh: {address: 192.0.2.10, user: root}}
+    - {role: controller, ssh: {address: 192.0.2.11, user: root}}
+    - {role: worker, ssh: {address: 192.0.2.20, user: root}}
+]]
+
 local function guarded_ctx(writes)
   local logger = log.new { level = "quiet", stream = S.capture() }
-  local cluster = S.cluster()
+  local cluster = assert(config.load_string(CLUSTER, "contract.yaml"))
   local hosts = {}
   for i, cfg in ipairs(cluster.hosts) do
     local h = host_mod.new { config = cfg, dry_run = false }
-    local conn = S.fake_conn()
+    local conn = phase_support.conn({})
     conn.check = function(_, cmd) writes[#writes + 1] = h.name .. ": conn:check " .. cmd error("write", 0) end
     conn.upload = function(_, _, dst) writes[#writes + 1] = h.name .. ": conn:upload " .. dst error("write", 0) end
     h:attach(conn)
@@ -141,11 +161,89 @@ local function guarded_ctx(writes)
         error("write", 0)
       end
     end
+    h.os = assert(os_registry.by_name("debian")):new { service_manager = "systemd" }
+    local f = h.facts
+    f.hostname, f.node_name, f.private_address = "node-" .. i, "node-" .. i, cfg.connection.address
+    f.arch, f.machine, f.kernel, f.init, f.service_manager = "amd64", "x86_64", "6.1.0", "systemd", "systemd"
+    f.os = { id = "debian", version_id = "12", name = "Debian GNU/Linux", pretty_name = "Debian GNU/Linux 12" }
+    f.engines = {}
+    f.engine = { type = "upstream", running = false, action = "install" }
     hosts[i] = h
   end
   return context.new { cluster = cluster, options = { concurrency = 30 }, log = logger, dry_run = false,
-    hosts = hosts, run_id = "contract-spec" }
+    hosts = hosts, run_id = "contract-spec", distro = packages.of("upstream") }
 end
+
+-- A host's error names the host; a Lua error (a nil indexed, a bad call) does not: it fails.
+local function host_error(ctx, err)
+  if type(err) ~= "string" then return false end
+  if err == "write" then return true end
+  for _, h in ipairs(ctx.hosts) do
+    if err:sub(1, #h.name + 1) == h.name .. ":" then return true end
+  end
+  return false
+end
+
+-- Runs a phase's prepare and assess on the guarded context -> the writes asked for, the
+-- errors that are not a host's (each "where: message").
+local function only_reads(phase)
+  local writes, errors = {}, {}
+  local ok, err = loop.run(function()
+    local ctx = guarded_ctx(writes)
+    local hosts = ctx.hosts
+    if phase.prepare then
+      local pok, list = pcall(phase.prepare, ctx)
+      if not pok and not host_error(ctx, list) then errors[#errors + 1] = "prepare: " .. tostring(list) end
+      if pok and type(list) == "table" and #list > 0 then hosts = list end
+    end
+    if phase.assess then
+      for _, h in ipairs(hosts) do
+        local aok, aerr = pcall(phase.assess, ctx, h)
+        if not aok and not host_error(ctx, aerr) then
+          errors[#errors + 1] = "assess " .. h.name .. ": " .. tostring(aerr)
+        end
+      end
+    end
+  end)
+  if not ok then errors[#errors + 1] = "loop: " .. tostring(err) end
+  return writes, errors
+end
+
+-- the fixture package's temp files go when the whole file is done (several blocks build it)
+teardown(packages.release)
+
+describe("the read-only check of prepare and assess", function()
+  local base = { id = "probe_only", title = "Probe only" }
+
+  it("passes a phase that only reads", function()
+    local phase = setmetatable({ assess = function(_, h) h:probe("cat /etc/os-release") return {} end },
+      { __index = base })
+    assert.are.same({ {}, {} }, { only_reads(phase) })
+  end)
+
+  it("turns red for an assess that writes", function()
+    local phase = setmetatable({ assess = function(_, h) h:run("touch /etc/x") return {} end }, { __index = base })
+    local writes = only_reads(phase)
+    assert.are.equal(3, #writes, "one write per host")
+    assert.matches("run touch /etc/x", writes[1], 1, true)
+  end)
+
+  it("turns red for a prepare that writes", function()
+    local phase = setmetatable({ prepare = function(ctx) ctx.hosts[1]:write_file("/etc/x") return {} end,
+      assess = function() return {} end }, { __index = base })
+    assert.are.equal(1, #(only_reads(phase)))
+  end)
+
+  it("turns red for a Lua error, but not for a host's error", function()
+    local broken = setmetatable({ assess = function(ctx) return ctx.nothing.here end }, { __index = base })
+    local _, errors = only_reads(broken)
+    assert.are.equal(3, #errors)
+    assert.matches("attempt to index", errors[1], 1, true)
+    local failing = setmetatable({ assess = function(_, h) error(h.name .. ": cannot read it", 0) end },
+      { __index = base })
+    assert.are.same({ {}, {} }, { only_reads(failing) })
+  end)
+end)
 
 -- Every pipeline module under lua/cargoship/pipelines/, found by listing the directory: a
 -- pipeline added later is checked without anyone adding it here.
@@ -280,21 +378,9 @@ describe("apply's phase modules", function()
         pending(name .. " is not in this build yet (the spec above fails for it)")
         return
       end
-      local phase = require(name)
-      local writes = {}
-      loop.run(function()
-        local ctx = guarded_ctx(writes)
-        local hosts = ctx.hosts
-        if phase.prepare then
-          -- fake facts may make prepare or assess fail; only a write fails this spec
-          local pok, list = pcall(phase.prepare, ctx)
-          if pok and type(list) == "table" and #list > 0 then hosts = list end
-        end
-        if phase.assess then
-          for _, h in ipairs(hosts) do pcall(phase.assess, ctx, h) end
-        end
-      end)
+      local writes, errors = only_reads(require(name))
       assert(#writes == 0, name .. " wrote in prepare/assess: " .. table.concat(writes, "; "))
+      assert(#errors == 0, name .. " failed in prepare/assess, not on a host: " .. table.concat(errors, "; "))
     end)
   end
 end)

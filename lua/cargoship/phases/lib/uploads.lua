@@ -144,12 +144,12 @@ function M.items(ctx, host, which)
       end
     end
     if #pkg.images > 0 then
-      local dir = pkg.image_config.path
-      if not dir then return nil, "the package carries images but spec.config.imageConfig.path is not set" end
       for _, ref in ipairs(pkg.images) do
+        local dst, derr = images.host_path(pkg, ref)
+        if not dst then return nil, derr end
         local f, why = M.image_file(pkg, ref, arch)
         if not f then return nil, why end
-        local it, ierr = item("image", f.path, dir:gsub("/+$", "") .. "/" .. f.name, { mode = "0644" }, ref)
+        local it, ierr = item("image", f.path, dst, { mode = "0644" }, ref)
         if not it then return nil, ierr end
         out[#out + 1] = it
       end
