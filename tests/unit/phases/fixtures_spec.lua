@@ -9,7 +9,8 @@
 --                {ports, firewall}, connection), os = an OS configurer id ("rocky")
 --   peers        other hosts of the run, {name, role, facts}: not probed, only seen
 --   ctx          context fields: dry_run (default true), cluster, locks, leader, options,
---                engine_type, join_secret, ...; distro = a package record (sets ctx.engine);
+--                engine_type (alone: ctx.engine is that engine's class), join_secret, ...;
+--                distro = a package record (sets ctx.engine);
 --                distro_os = a package's spec.config.os as written (the
 --                run gets the package cargoship.package.os_config makes of it)
 --   probes       answers to host:probes keys: a string (stdout, exit 0), {out, code}, or
@@ -124,6 +125,8 @@ local function run_case(case, id)
   if fields.distro then
     ctx.distro = fields.distro
     ctx.engine = assert(require("distros.engine").for_package(fields.distro))
+  elseif fields.engine_type then
+    ctx.engine = assert(require("distros.engine").load(fields.engine_type)) -- as distro_facts does without a package
   end
   local ok, a, b = loop.run(function()
     local want = case.actions or {}
