@@ -424,5 +424,26 @@ function M.token_from_bytes(bytes)
   return table.concat(out)
 end
 
+-- ---- firewall facts: the phase "Updating hosts firewall" hands them to the OS layer as data
+-- peer_ports: what the engine listens on for its peers (engines.md §1.1), {tcp = {..}, udp =
+-- {..}} of ports and "a-b" ranges. Peers are trusted, so they reach them; on nftables these
+-- are dropped for every other source unless .host.ports opens them.
+Engine.peer_ports = { tcp = {}, udp = {} }
+
+-- A CIDR list as an engine config spells it: a YAML list or a comma-separated string.
+function M.cidr_list(v)
+  local out = {}
+  if type(v) == "table" then
+    for _, x in ipairs(v) do out[#out + 1] = tostring(x) end
+  elseif type(v) == "string" then
+    for x in v:gmatch("[^,%s]+") do out[#out + 1] = x end
+  end
+  return out
+end
+
+-- cluster_cidrs(section?) -> the pod and service CIDRs every node trusts, from the package's
+-- engine section (default: self.package.engine) else the engine's defaults. The base has none.
+function Engine.cluster_cidrs() return {} end
+
 M.Engine = Engine
 return M

@@ -307,4 +307,14 @@ function M:reset(n, os, names)
   return out
 end
 
+-- Pod and service CIDRs: config cluster-cidr and service-cidr, else 10.42.0.0/16 and 10.43.0.0/16.
+function M:cluster_cidrs(section)
+  local conf = (section or (self.package and self.package.engine) or {}).config or {}
+  local pods, svcs = engine.cidr_list(conf["cluster-cidr"]), engine.cidr_list(conf["service-cidr"])
+  if #pods == 0 then pods = { "10.42.0.0/16" } end
+  if #svcs == 0 then svcs = { "10.43.0.0/16" } end
+  for _, c in ipairs(svcs) do pods[#pods + 1] = c end
+  return pods
+end
+
 return M

@@ -15,4 +15,6 @@ return rancher:extend {
   -- k3s serves its supervisor and the API on one port (upstream's 9345 is rke2's; §6.1)
   join_port = 6443,
   killall = "k3s-killall.sh",
+  -- peers' ports (engines.md §1.1): etcd, the embedded registry, the API, kubelet; flannel, wireguard
+  peer_ports = { tcp = { "2379-2380", "5001", "6443", "10250" }, udp = { "8472", "51820-51821" } },
 }

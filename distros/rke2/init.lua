@@ -14,4 +14,8 @@ return rancher:extend {
   config_dir = "/etc/rancher/rke2",
   join_port = 9345,
   killall = "rke2-killall.sh",
+  -- peers' ports (engines.md §1.1): BGP, etcd, cilium/calico health, calico typha, the API,
+  -- canal health, the supervisor, kubelet; VXLAN, flannel, wireguard
+  peer_ports = { tcp = { "179", "2379-2381", "4240", "5473", "6443", "9099", "9345", "10250" },
+                 udp = { "4789", "8472", "51820-51821" } },
 }

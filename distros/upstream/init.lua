@@ -355,4 +355,19 @@ function M:reset(_, os, names)
   return out
 end
 
+-- Peer ports: etcd, the API server, kubelet, kube-proxy, controller manager, scheduler; VXLAN.
+M.peer_ports = { tcp = { "2379-2380", "6443", "10250", "10256", "10257", "10259" }, udp = { "4789", "8472" } }
+
+-- Pod and service CIDRs: kubeadm networking.podSubnet (none by default) and serviceSubnet
+-- (else 10.96.0.0/12).
+function M:cluster_cidrs(section)
+  local conf = (section or (self.package and self.package.engine) or {}).config or {}
+  local net = type(conf.networking) == "table" and conf.networking or {}
+  local out = engine.cidr_list(net.podSubnet)
+  local svcs = engine.cidr_list(net.serviceSubnet)
+  if #svcs == 0 then svcs = { "10.96.0.0/12" } end
+  for _, c in ipairs(svcs) do out[#out + 1] = c end
+  return out
+end
+
 return M

@@ -6,15 +6,18 @@
 --              nftables). One installed but stopped is never started and nothing is written
 --              beneath it: the host is left alone (ctx:leave) and the report says why
 --   plan       trust every other node's private address and the engine's pod and service
---              CIDRs; open .host.ports to any source; the host's .host.firewall.rules
+--              CIDRs (ctx.engine:cluster_cidrs); open .host.ports to any source; the host's
+--              .host.firewall.rules; the engine's peer ports (ctx.engine.peer_ports; every
+--              engine's when none is known) closed to the rest. The OS layer gets these as data
 --   SSH        a rule that would drop or reject the SSH session cargoship is connected
 --              through (its port, from the address the host sees us at) fails the host in
 --              assess, naming the rule: nothing is changed there
 -- assess reads the front end's state (a second round trip, as root) and returns only what
 -- differs (cargoship.os.firewall.actions with plan.state), so a converged host has nothing
 -- to do. nftables state lives in /var/lib/cargoship, which no sync phase prunes (§6.9).
+local engine = require "distros.engine"
 local firewall = require "cargoship.os.firewall"
-local fw_state = require "cargoship.os.firewall_state"
+local fw_state = require "cargoship.os.firewall.state"
 local linux = require "cargoship.os.linux"
 
 local M = {
@@ -27,6 +30,14 @@ local M = {
 function M.prepare(ctx)
   if not (ctx.options and ctx.options.update_firewall) then return {} end
   return ctx.hosts
+end
+
+-- The engine's peer ports; with no engine known (no package, none running), every engine's.
+local function peer_ports(ctx)
+  if ctx.engine then return ctx.engine.peer_ports end
+  local sets = {}
+  for _, t in ipairs(engine.TYPES) do sets[#sets + 1] = assert(engine.load(t)).peer_ports end
+  return firewall.merge_ports(sets)
 end
 
 -- What this host's firewall should say, whatever the front end.
@@ -46,10 +57,12 @@ function M.plan(ctx, host)
       if f.private_ipv6 and f.private_ipv6 ~= f.private_address then add(f.private_ipv6) end
     end
   end
-  for _, c in ipairs(fw_state.cidrs(ctx.engine_type, ctx.distro)) do add(c) end
+  if ctx.engine then
+    for _, c in ipairs(ctx.engine:cluster_cidrs(ctx.distro and ctx.distro.engine)) do add(c) end
+  end
   local hc = host.config.host or {}
   return { trust = trust, ports = hc.ports or {}, rules = hc.firewall and hc.firewall.rules or {},
-           engine_ports = firewall.ENGINE_PORTS[ctx.engine_type or "any"] or firewall.ENGINE_PORTS.any }
+           peer_ports = peer_ports(ctx) }
 end
 
 M.FRONT = {

@@ -137,7 +137,7 @@ local INFO_OUT = "policy=cargoship-out\ncargoship-out (active)\n  priority: -1\n
   .. '\trule priority="2" family="ipv6" destination address="fd00::9" drop\n'
 
 describe("firewall actions: firewalld out and forward rules as policies", function()
-  local policies = require "cargoship.os.firewalld_policies"
+  local policies = require "cargoship.os.firewall.firewalld_policies"
   local OUT = { { name = "no-9", action = "reject", direction = "out", destination = "10.0.0.9", protocol = "tcp",
                   port = "30081" },
                 { name = "v6", action = "deny", direction = "out", destination = "fd00::9" } }

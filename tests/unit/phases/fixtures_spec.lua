@@ -9,7 +9,7 @@
 --                {ports, firewall}, connection), os = an OS configurer id ("rocky")
 --   peers        other hosts of the run, {name, role, facts}: not probed, only seen
 --   ctx          context fields: dry_run (default true), cluster, locks, leader, options,
---                engine_type, join_secret, ...; package = the name of a directory under
+--                engine_type (alone: ctx.engine is that engine's class), join_secret, ...; package = the name of a directory under
 --                tests/fixtures/packages holding a distro.yaml (+ its files and images): the
 --                spec builds it with `package create` and reads the archive with the real
 --                reader, once per run, as ctx.distro (and ctx.engine from it);
@@ -125,6 +125,8 @@ local function run_case(case, id)
   if fields.package then
     ctx.distro = packages.of(fields.package)
     ctx.engine = assert(require("distros.engine").for_package(ctx.distro))
+  elseif fields.engine_type then
+    ctx.engine = assert(require("distros.engine").load(fields.engine_type)) -- as distro_facts does without a package
   end
   local ok, a, b = loop.run(function()
     local want = case.actions or {}

@@ -1,4 +1,4 @@
--- cargoship.os.firewalld_policies: out and forward rules as firewalld policy objects that cargoship owns (cargoship-*).
+-- cargoship.os.firewall.firewalld_policies: out and forward rules as firewalld policy objects cargoship owns.
 --
 -- firewalld zones filter only what enters the host; traffic the host sends or forwards is
 -- filtered by policies (firewalld 0.9+). cargoship owns every policy named cargoship-*:

@@ -1,12 +1,13 @@
--- cargoship.os.firewall_state: what a host's firewall front end has now, for the firewall phase's precise assess.
+-- cargoship.os.firewall.state: what a host's firewall front end has now, for the firewall phase's precise assess.
 --
 -- probes(backend, fw) -> {key = command}: the reads (as root) of one front end's state
 -- apply(plan, backend, fw, res) -> plan with plan.state (and previous, nftables_conf) filled
 --   from the answers, which cargoship.os.firewall.actions compares with
--- cidrs(engine_type, distro) -> the pod and service CIDRs every node trusts
-local firewall = require "cargoship.os.firewall"
-local policies = require "cargoship.os.firewalld_policies"
+local firewalld = require "cargoship.os.firewall.firewalld"
+local nftables = require "cargoship.os.firewall.nftables"
+local policies = require "cargoship.os.firewall.firewalld_policies"
 local shell = require "cargoship.shell"
+local ufw = require "cargoship.os.firewall.ufw"
 
 local M = {}
 
@@ -16,54 +17,21 @@ local function cat(path)
   return shell.fmt("if [ -e %s ]; then cat -- %s; else exit 44; fi", path, path)
 end
 
-local function split_list(v)
-  local out = {}
-  if type(v) == "table" then
-    for _, x in ipairs(v) do out[#out + 1] = tostring(x) end
-  elseif type(v) == "string" then
-    for x in v:gmatch("[^,%s]+") do out[#out + 1] = x end
-  end
-  return out
-end
-
--- M.cidrs(engine_type, distro) -> the engine's pod and service CIDRs: the package's engine
--- config (cluster-cidr/service-cidr; kubeadm networking.podSubnet/serviceSubnet), else the
--- engine's defaults; {} for an unknown engine.
-function M.cidrs(t, distro)
-  local conf = distro and distro.engine and distro.engine.config or {}
-  if t == "rke2" or t == "k3s" then
-    local pods, svcs = split_list(conf["cluster-cidr"]), split_list(conf["service-cidr"])
-    if #pods == 0 then pods = { "10.42.0.0/16" } end
-    if #svcs == 0 then svcs = { "10.43.0.0/16" } end
-    for _, c in ipairs(svcs) do pods[#pods + 1] = c end
-    return pods
-  end
-  if t == "upstream" then
-    local net = type(conf.networking) == "table" and conf.networking or {}
-    local out = split_list(net.podSubnet)
-    local svcs = split_list(net.serviceSubnet)
-    if #svcs == 0 then svcs = { "10.96.0.0/12" } end
-    for _, c in ipairs(svcs) do out[#out + 1] = c end
-    return out
-  end
-  return {}
-end
-
 -- The state probes of a front end (as root): what actions() compares with.
 function M.probes(backend, fw)
   local p = {}
   if backend == "nftables" then
-    p.file = cat(firewall.NFT_FILE)
+    p.file = cat(nftables.NFT_FILE)
     p.table = "nft list table inet cargoship >/dev/null 2>&1"
     if fw.nftables_conf then p.conf = cat(fw.nftables_conf) end
   elseif backend == "ufw" then
     p.added = "ufw show added"
     p.app = cat("/etc/ufw/applications.d/cargoship")
-    p.previous = cat(firewall.UFW_RECORD)
+    p.previous = cat(ufw.UFW_RECORD)
   elseif backend == "firewalld" then
     p.ipset4 = cat("/etc/firewalld/ipsets/cargoship-trusted.xml")
     p.ipset6 = cat("/etc/firewalld/ipsets/cargoship-trusted6.xml")
-    p.service = cat("/etc/firewalld/services/" .. firewall.FIREWALLD_SERVICE .. ".xml")
+    p.service = cat("/etc/firewalld/services/" .. firewalld.FIREWALLD_SERVICE .. ".xml")
     p.entries4 = "firewall-cmd --ipset=cargoship-trusted --get-entries"
     p.entries6 = "firewall-cmd --ipset=cargoship-trusted6 --get-entries"
     p.sources = "firewall-cmd --permanent --zone=trusted --list-sources | tr ' ' '\\n'"
@@ -72,7 +40,7 @@ function M.probes(backend, fw)
     p.services_rt = "firewall-cmd --zone=public --list-services"
     p.rich = "firewall-cmd --permanent --zone=public --list-rich-rules"
     p.rich_rt = "firewall-cmd --zone=public --list-rich-rules"
-    p.previous = cat(firewall.FIREWALLD_RECORD)
+    p.previous = cat(firewalld.FIREWALLD_RECORD)
     p.policies = policies.PROBE
     p.policies_rt = policies.PROBE_RUNTIME
   end
@@ -109,7 +77,7 @@ function M.apply(plan, backend, fw, res)
     st.files = {
       ["/etc/firewalld/ipsets/cargoship-trusted.xml"] = file_of(res, "ipset4"),
       ["/etc/firewalld/ipsets/cargoship-trusted6.xml"] = file_of(res, "ipset6"),
-      ["/etc/firewalld/services/" .. firewall.FIREWALLD_SERVICE .. ".xml"] = file_of(res, "service"),
+      ["/etc/firewalld/services/" .. firewalld.FIREWALLD_SERVICE .. ".xml"] = file_of(res, "service"),
     }
     st.ipset_entries = { ["cargoship-trusted"] = trim(out_of(res, "entries4")),
                          ["cargoship-trusted6"] = trim(out_of(res, "entries6")) }
