@@ -9,7 +9,8 @@
 --                {ports, firewall}, connection), os = an OS configurer id ("rocky")
 --   peers        other hosts of the run, {name, role, facts}: not probed, only seen
 --   ctx          context fields: dry_run (default true), cluster, locks, leader, options,
---                engine_type (alone: ctx.engine is that engine's class), join_secret, ...; package = the name of a directory under
+--                engine_type (alone: ctx.engine is that engine's class), join_secret, ...;
+--                package = the name of a directory under
 --                tests/fixtures/packages holding a distro.yaml (+ its files and images): the
 --                spec builds it with `package create` and reads the archive with the real
 --                reader, once per run, as ctx.distro (and ctx.engine from it);
