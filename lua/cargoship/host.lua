@@ -12,6 +12,7 @@
 -- writes while it should only report is caught here, by the transport, not by convention.
 local shell = require "cargoship.shell"
 local action = require "cargoship.action"
+local loop = require "cargoship.loop"
 
 local M = {}
 
@@ -313,6 +314,58 @@ function EXECUTE.service(self, a)
   local out, err = need_conn(self):check(cmd, { sudo = true, timeout = a.timeout or M.WRITE_TIMEOUT })
   if not out then return "failed", err end
   return "done"
+end
+
+-- kubectl apply on a leader whose API server is still settling fails for a while (connection
+-- refused, no such resource type yet): it is retried; the other verbs are not, a drain has
+-- its own --timeout and the rest act at once or not at all.
+M.KUBE_RETRIES = 5
+M.KUBE_RETRY_INTERVAL = 3
+M.KUBE_TIMEOUT = 120
+
+local function last_line(out, err)
+  local text = (err and err ~= "") and err or out or ""
+  local last
+  for line in text:gmatch("[^\n]+") do
+    if line:match("%S") then last = line end
+  end
+  return last or "no output"
+end
+
+-- M.drain_blockers(text) -> {"ns/pod", ...}, reason|nil: the pods whose eviction kubectl drain
+-- reported failing (`error when evicting pods/"web-1" -n "demo" ...: <why>`), in order of
+-- first mention, and the API server's refusal (the disruption budget's) where it gave one.
+function M.drain_blockers(text)
+  local pods, seen, reason = {}, {}, nil
+  for line in (text or ""):gmatch("[^\n]+") do
+    for name, ns in line:gmatch('pods/"([^"]+)" %-n "([^"]+)"') do
+      local id = ns .. "/" .. name
+      if not seen[id] then seen[id] = true; pods[#pods + 1] = id end
+    end
+    local why = line:match("^error when evicting pods/[^:]*: (.*)$")
+    if why and not why:match("^global timeout") then reason = why end
+  end
+  return pods, reason
+end
+
+function EXECUTE.kube(self, a)
+  local tries = a.verb == "apply" and (a.retries or M.KUBE_RETRIES) or 1
+  local out, err, code
+  for attempt = 1, tries do
+    out, err, code = need_conn(self):exec(a.cmd, with_sudo({ timeout = a.timeout or M.KUBE_TIMEOUT }, M.KUBE_TIMEOUT))
+    if out and code == 0 then return "done" end
+    if attempt < tries then loop.sleep(M.KUBE_RETRY_INTERVAL) end
+  end
+  if not out then return "failed", err end
+  local msg = string.format("%s: %s failed (exit %s): %s", self.name, a.say, tostring(code), last_line(out, err))
+  if a.verb == "drain" then
+    local pods, reason = M.drain_blockers(out .. "\n" .. (err or ""))
+    if #pods > 0 then
+      msg = string.format("%s: drain node %s failed: pod %s could not be evicted%s (kubectl: %s)", self.name, a.node,
+        table.concat(pods, ", "), reason and (": " .. reason) or "", last_line(out, err))
+    end
+  end
+  return "failed", msg
 end
 
 -- A step is the phase's own code: steps[name](ctx, host, action) -> true | "skipped" | nil, err

@@ -195,8 +195,11 @@ describe("engine kubectl verbs (run on the leader)", function()
   end)
 
   it("drain, cordon, label and apply", function()
-    assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'drain' '--delete-emptydir-data'"
-      .. " '--ignore-daemonsets' '--disable-eviction' 'w1'", upstream:drain("w1"))
+    assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'drain' 'w1' '--ignore-daemonsets'"
+      .. " '--delete-emptydir-data' '--grace-period=-1' '--timeout=300s'", upstream:drain("w1"))
+    assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'drain' 'w1' '--ignore-daemonsets'"
+      .. " '--delete-emptydir-data' '--grace-period=30' '--timeout=90s'",
+      upstream:drain("w1", { grace_period = 30, timeout = 90 }))
     assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'cordon' 'w1'", upstream:cordon("w1"))
     assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'label' 'node' 'w1'"
       .. " 'node-role.kubernetes.io/gpu=true' 'old-' 'zone=a b' '--overwrite'",
