@@ -361,8 +361,9 @@ function EXECUTE.kube(self, a)
   if a.verb == "drain" then
     local pods, reason = M.drain_blockers(out .. "\n" .. (err or ""))
     if #pods > 0 then
-      msg = string.format("%s: drain node %s failed: pod %s could not be evicted%s (kubectl: %s)", self.name, a.node,
-        table.concat(pods, ", "), reason and (": " .. reason) or "", last_line(out, err))
+      msg = string.format("%s: drain node %s failed: %s %s could not be evicted%s (kubectl: %s)", self.name,
+        a.node, #pods == 1 and "pod" or "pods", table.concat(pods, ", "), reason and (": " .. reason) or "",
+        last_line(out, err))
     end
   end
   return "failed", msg
