@@ -2,7 +2,8 @@
 --
 -- Reads:  host:probe(cmd, opts), host:probes{key = cmd, ...}, host:read_file(path), host:exists(path)
 -- Writes: host:run(cmd, opts), host:check(cmd, opts), host:write_file(path, content, opts),
---         host:upload(local, remote, opts), host:remove(path),
+--         host:upload(local, remote, opts), host:remove(path), host:download(remote, local)
+--         (a local write: refused in a dry run like the rest),
 --         host:apply(actions, opts): executes action records (cargoship.action), see below
 -- Session: host:connect() through the transport the command gave the host, host:reconnect()
 --          (a new login in place of the current one), host:connected(),
@@ -411,8 +412,12 @@ function Host:apply(actions, opts)
   return outcomes
 end
 
--- Reads a local file through the connection of a downloaded copy (a read).
+-- host:download(remote, local, opts) -> bytes | nil, msg, code: a copy of a host's file on the
+-- operator's machine. A read on the host but a write here, so a dry run refuses it before
+-- the local file is touched (what a plan needs of a remote file, host:read_file gives).
 function Host:download(remote, local_path, opts)
+  refuse(self, "download " .. remote .. " to " .. local_path)
+  self.probes_sent = self.probes_sent + 1
   return need_conn(self):download(remote, local_path, opts)
 end
 
