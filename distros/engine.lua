@@ -29,6 +29,8 @@
 --     one line per node, the same command for every node)
 --   ready_line(out, node) -> that node's "STATUS HEARTBEAT" | nil; parse_ready(line, after) -> bool
 --   kubectl_step(name, node, cmd, say) -> step record {name, node, cmd, on = "leader", say}
+--   kube(verb, node|path, opts) -> action.kube record for the leader: drain (opts as drain's),
+--     cordon, uncordon, delete_node, label (opts = the labels), apply (a manifest path)
 --   start(node, cluster) -> actions        start + enable + step wait_ready
 --   stop(node) -> actions
 --   wait_ready(node) -> step record {name = "wait_ready", node, cmd = ready_check, on = "leader"}
@@ -242,6 +244,14 @@ end
 -- A step the phase runs on the leader (kubectl), with its own sentence.
 function Engine.kubectl_step(_, name, n, cmd, say)
   return action.step { name = name, node = node_name(n), cmd = cmd, on = "leader", say = say }
+end
+
+-- A kubectl operation as the record the leader's host:apply executes (a write, unlike a step).
+function Engine:kube(verb, n, opts)
+  if verb == "apply" then return action.kube { verb = "apply", path = n, cmd = self:apply(n) } end
+  if not self[verb] or not action.KUBE_VERBS[verb] then error("kube: unknown verb " .. tostring(verb), 2) end
+  return action.kube { verb = verb, node = node_name(n), cmd = self[verb](self, n, opts), timeout = verb == "drain"
+    and (opts and opts.timeout or 300) + 60 or nil }
 end
 
 -- ---- services ------------------------------------------------------------------------
