@@ -24,11 +24,13 @@
 --   parse_version(out) -> "v1.35.4+rke2r1" | nil
 --   judge(installed|nil, target? (default: the package's), {role, allow_downgrade}) -> verdict (M.judge)
 --   service(role) -> name;  service_active_probe(role, os) -> cmd
---   kubectl(words) -> cmd;  drain(n), cordon(n), uncordon(n), delete_node(n),
+--   kubectl(words) -> cmd;  drain(n, {grace_period, timeout}), cordon(n), uncordon(n), delete_node(n),
 --     label(n, {k = v}), apply(path), get_nodes(), ready_check(n) -> cmd (run on the leader;
 --     one line per node, the same command for every node)
 --   ready_line(out, node) -> that node's "STATUS HEARTBEAT" | nil; parse_ready(line, after) -> bool
 --   kubectl_step(name, node, cmd, say) -> step record {name, node, cmd, on = "leader", say}
+--   kube(verb, node|path, opts) -> action.kube record for the leader: drain (opts as drain's),
+--     cordon, uncordon, delete_node, label (opts = the labels), apply (a manifest path)
 --   start(node, cluster) -> actions        start + enable + step wait_ready
 --   stop(node) -> actions
 --   wait_ready(node) -> step record {name = "wait_ready", node, cmd = ready_check, on = "leader"}
@@ -180,8 +182,14 @@ local function node_name(n)
   return name
 end
 
-function Engine:drain(n)
-  return self:kubectl { "drain", "--delete-emptydir-data", "--ignore-daemonsets", "--disable-eviction", node_name(n) }
+-- Through the eviction API, so PodDisruptionBudgets hold: a blocked eviction is retried by
+-- kubectl until opts.timeout (seconds, default 300) and then fails naming the pod.
+-- opts.grace_period: seconds each pod gets to stop (default -1: the pod's own).
+function Engine:drain(n, opts)
+  opts = opts or {}
+  return self:kubectl { "drain", node_name(n), "--ignore-daemonsets", "--delete-emptydir-data",
+    "--grace-period=" .. math.tointeger(opts.grace_period or -1),
+    "--timeout=" .. math.tointeger(opts.timeout or 300) .. "s" }
 end
 function Engine:cordon(n) return self:kubectl { "cordon", node_name(n) } end
 function Engine:uncordon(n) return self:kubectl { "uncordon", node_name(n) } end
@@ -236,6 +244,14 @@ end
 -- A step the phase runs on the leader (kubectl), with its own sentence.
 function Engine.kubectl_step(_, name, n, cmd, say)
   return action.step { name = name, node = node_name(n), cmd = cmd, on = "leader", say = say }
+end
+
+-- A kubectl operation as the record the leader's host:apply executes (a write, unlike a step).
+function Engine:kube(verb, n, opts)
+  if verb == "apply" then return action.kube { verb = "apply", path = n, cmd = self:apply(n) } end
+  if not self[verb] or not action.KUBE_VERBS[verb] then error("kube: unknown verb " .. tostring(verb), 2) end
+  return action.kube { verb = verb, node = node_name(n), cmd = self[verb](self, n, opts), timeout = verb == "drain"
+    and (opts and opts.timeout or 300) + 60 or nil }
 end
 
 -- ---- services ------------------------------------------------------------------------

@@ -10,6 +10,13 @@
 --   remove   {path}                                   rm -f (a directory needs `recursive = true`)
 --   service  {verb, service}                          verb: start|stop|restart|reload|enable|disable
 --                                                     through the host's service manager
+--   kube     {verb, node?, path?, cmd, timeout?, retries?}
+--                                                     a kubectl operation on the host it is applied
+--                                                     to (the leader): verb apply (path: a
+--                                                     manifest on that host) | drain | uncordon |
+--                                                     cordon | label | delete_node (node: the
+--                                                     node it acts on); cmd is the engine's
+--                                                     rendering (distros.engine); a write
 --   step     {name, ...}                              a sequence step the phase runs itself (drain,
 --                                                     wait for Ready); the phase's `steps[name]`
 --                                                     executes it
@@ -21,8 +28,10 @@
 -- file's content, stdin or anything marked `secret`.
 local M = {}
 
-M.KINDS = { run = true, write = true, upload = true, remove = true, service = true, step = true, note = true }
+M.KINDS = { run = true, write = true, upload = true, remove = true, service = true, kube = true, step = true,
+  note = true }
 M.SERVICE_VERBS = { start = true, stop = true, restart = true, reload = true, enable = true, disable = true }
+M.KUBE_VERBS = { apply = true, drain = true, uncordon = true, cordon = true, label = true, delete_node = true }
 
 -- want: the Lua type (default "string", which must then be non-empty); "content" is any
 -- string, the empty one included (an empty file is a file).
@@ -113,6 +122,22 @@ function M.service(t)
   return make("service", t, t.verb .. " service " .. t.service)
 end
 
+-- The sentence names the verb and what it acts on: "drain node w1", "apply /x.yaml".
+function M.kube(t)
+  need(t, "verb", "kube")
+  if not M.KUBE_VERBS[t.verb] then error("action kube: unknown verb " .. t.verb, 2) end
+  need(t, "cmd", "kube")
+  opt(t, "timeout", "kube", "number")
+  opt(t, "retries", "kube", "number")
+  if t.verb == "apply" then
+    need(t, "path", "kube")
+    opt(t, "node", "kube", "string")
+    return make("kube", t, "kubectl apply -f " .. t.path)
+  end
+  need(t, "node", "kube")
+  return make("kube", t, string.format("kubectl %s node %s", (t.verb:gsub("_node$", "")), t.node))
+end
+
 function M.step(t)
   need(t, "name", "step")
   need(t, "say", "step")
@@ -140,7 +165,8 @@ local PUBLIC = { "kind", "say", "path", "mode", "owner", "group", "sha256", "siz
 function M.public(a)
   local p = {}
   for _, k in ipairs(PUBLIC) do p[k] = a[k] end
-  if a.kind == "run" and not a.secret then p.cmd = a.cmd end
+  if (a.kind == "run" or a.kind == "kube") and not a.secret then p.cmd = a.cmd end
+  if a.kind == "kube" then p.node = a.node end
   return p
 end
 

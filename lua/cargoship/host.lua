@@ -2,7 +2,8 @@
 --
 -- Reads:  host:probe(cmd, opts), host:probes{key = cmd, ...}, host:read_file(path), host:exists(path)
 -- Writes: host:run(cmd, opts), host:check(cmd, opts), host:write_file(path, content, opts),
---         host:upload(local, remote, opts), host:remove(path),
+--         host:upload(local, remote, opts), host:remove(path), host:download(remote, local)
+--         (a local write: refused in a dry run like the rest),
 --         host:apply(actions, opts): executes action records (cargoship.action), see below
 -- Session: host:connect() through the transport the command gave the host, host:reconnect()
 --          (a new login in place of the current one), host:connected(),
@@ -12,6 +13,7 @@
 -- writes while it should only report is caught here, by the transport, not by convention.
 local shell = require "cargoship.shell"
 local action = require "cargoship.action"
+local loop = require "cargoship.loop"
 
 local M = {}
 
@@ -315,6 +317,59 @@ function EXECUTE.service(self, a)
   return "done"
 end
 
+-- kubectl apply on a leader whose API server is still settling fails for a while (connection
+-- refused, no such resource type yet): it is retried; the other verbs are not, a drain has
+-- its own --timeout and the rest act at once or not at all.
+M.KUBE_RETRIES = 5
+M.KUBE_RETRY_INTERVAL = 3
+M.KUBE_TIMEOUT = 120
+
+local function last_line(out, err)
+  local text = (err and err ~= "") and err or out or ""
+  local last
+  for line in text:gmatch("[^\n]+") do
+    if line:match("%S") then last = line end
+  end
+  return last or "no output"
+end
+
+-- M.drain_blockers(text) -> {"ns/pod", ...}, reason|nil: the pods whose eviction kubectl drain
+-- reported failing (`error when evicting pods/"web-1" -n "demo" ...: <why>`), in order of
+-- first mention, and the API server's refusal (the disruption budget's) where it gave one.
+function M.drain_blockers(text)
+  local pods, seen, reason = {}, {}, nil
+  for line in (text or ""):gmatch("[^\n]+") do
+    for name, ns in line:gmatch('pods/"([^"]+)" %-n "([^"]+)"') do
+      local id = ns .. "/" .. name
+      if not seen[id] then seen[id] = true; pods[#pods + 1] = id end
+    end
+    local why = line:match("^error when evicting pods/[^:]*: (.*)$")
+    if why and not why:match("^global timeout") then reason = why end
+  end
+  return pods, reason
+end
+
+function EXECUTE.kube(self, a)
+  local tries = a.verb == "apply" and (a.retries or M.KUBE_RETRIES) or 1
+  local out, err, code
+  for attempt = 1, tries do
+    out, err, code = need_conn(self):exec(a.cmd, with_sudo({ timeout = a.timeout or M.KUBE_TIMEOUT }, M.KUBE_TIMEOUT))
+    if out and code == 0 then return "done" end
+    if attempt < tries then loop.sleep(M.KUBE_RETRY_INTERVAL) end
+  end
+  if not out then return "failed", err end
+  local msg = string.format("%s: %s failed (exit %s): %s", self.name, a.say, tostring(code), last_line(out, err))
+  if a.verb == "drain" then
+    local pods, reason = M.drain_blockers(out .. "\n" .. (err or ""))
+    if #pods > 0 then
+      msg = string.format("%s: drain node %s failed: %s %s could not be evicted%s (kubectl: %s)", self.name,
+        a.node, #pods == 1 and "pod" or "pods", table.concat(pods, ", "), reason and (": " .. reason) or "",
+        last_line(out, err))
+    end
+  end
+  return "failed", msg
+end
+
 -- A step is the phase's own code: steps[name](ctx, host, action) -> true | "skipped" | nil, err
 function EXECUTE.step(self, a, opts)
   local fn = opts.steps and opts.steps[a.name]
@@ -357,8 +412,12 @@ function Host:apply(actions, opts)
   return outcomes
 end
 
--- Reads a local file through the connection of a downloaded copy (a read).
+-- host:download(remote, local, opts) -> bytes | nil, msg, code: a copy of a host's file on the
+-- operator's machine. A read on the host but a write here, so a dry run refuses it before
+-- the local file is touched (what a plan needs of a remote file, host:read_file gives).
 function Host:download(remote, local_path, opts)
+  refuse(self, "download " .. remote .. " to " .. local_path)
+  self.probes_sent = self.probes_sent + 1
   return need_conn(self):download(remote, local_path, opts)
 end
 

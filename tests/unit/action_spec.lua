@@ -27,6 +27,24 @@ describe("action records", function()
     assert.has_error(function() action.check { kind = "teleport" } end)
   end)
 
+  it("name a kubectl operation's verb and node, and show them with its command in the plan", function()
+    local d = action.kube { verb = "drain", node = "w1", cmd = "kubectl drain w1" }
+    assert.are.same({ "kube", "kubectl drain node w1" }, { d.kind, d.say })
+    assert.are.equal("kubectl delete node w2", action.kube { verb = "delete_node", node = "w2", cmd = "x" }.say)
+    assert.are.equal("kubectl apply -f /var/lib/cargoship/m.yaml",
+      action.kube { verb = "apply", path = "/var/lib/cargoship/m.yaml", node = "cp1", cmd = "x" }.say)
+    assert.are.same({ kind = "kube", say = "kubectl drain node w1", verb = "drain", node = "w1",
+      cmd = "kubectl drain w1" }, action.public(d))
+    assert.is_nil(action.public(action.kube { verb = "label", node = "w1", cmd = "kubectl label t=s3cr3t",
+      secret = true }).cmd)
+    assert.has_error(function() action.kube { verb = "reboot", node = "w1", cmd = "x" } end,
+      "action kube: unknown verb reboot")
+    assert.has_error(function() action.kube { verb = "drain", cmd = "x" } end)
+    assert.has_error(function() action.kube { verb = "apply", node = "cp1", cmd = "x" } end)
+    assert.has_error(function() action.kube { verb = "cordon", node = "w1" } end)
+    assert.are.equal(d, action.check(d))
+  end)
+
   it("show neither file content, stdin nor a secret command in their public part", function()
     local w = action.public(action.write { path = "/etc/rancher/k3s/config.yaml", content = "token: s3cr3t\n" })
     assert.is_nil(w.content)

@@ -2,7 +2,7 @@
 --
 -- Upstream only (rke2 and k3s apply their manifests directory themselves): each path of
 -- spec.config.manifests, delivered by "Upload files to hosts", is `kubectl apply -f` on the
--- leader, retried while the API settles. A leader that was running the package's version
+-- leader: a kube action, which the host retries while the API settles. A leader that was running the package's version
 -- before this run has them already: nothing to do.
 local action = require "cargoship.action"
 local common = require "cargoship.phases.lib.engine_common"
@@ -12,7 +12,6 @@ local M = {
   title = "Apply manifests",
   reads = { "connection", "facts", "engine_version", "controllers" },
   creates = { "manifests" },
-  steps = common.steps,
 }
 
 local function manifests(ctx)
@@ -29,8 +28,7 @@ function M.assess(ctx, host)
   if host ~= ctx.leader or common.settled(host) then return {} end
   local out = {}
   for _, path in ipairs(manifests(ctx)) do
-    out[#out + 1] = action.step { name = "leader_cmd", cmd = ctx.engine:apply(path), node = host.name,
-                                  say = "kubectl apply -f " .. path }
+    out[#out + 1] = action.kube { verb = "apply", path = path, node = host.name, cmd = ctx.engine:apply(path) }
   end
   return out
 end

@@ -11,7 +11,8 @@
 --   skipped = nil | { {number, id, title} }: the phases the operator left out (--skip-phases),
 --   phases = { {index, number, id, title, dry_run_policy = "read_only"|"own"|"reported",
 --       verdict = "ran"|"own"|"would_act"|"nothing_to_do"|"unassessed"|"failed"|"skipped"|"interrupted",
---       elapsed, probes, writes, error = nil | string, summary = nil | string (the phase's own),
+--       elapsed, probes, writes (every executed record but a step or note, kube ones included:
+--       host.writes_sent), error = nil | string, summary = nil | string (the phase's own),
 --       hosts = { {host = name, actions = {action}, reason = nil | string,
 --                  left_alone = nil | string (why the phase leaves the host alone: ctx:leave),
 --                  error = nil | string, probes, writes,
@@ -19,7 +20,7 @@
 --                  of the phases after its failure} }   -- config order
 --   } },
 --   where action = the public part of an action record (cargoship.action.public: kind, say,
---   and path, mode, owner, group, sha256, size, verb, service, name, cmd where they apply;
+--   and path, mode, owner, group, sha256, size, verb, service, name, node, cmd where they apply;
 --   never a file's content, stdin or a secret command) plus
 --       outcome = nil (a dry run: planned, not run) | "done" | "skipped" (already in place)
 --               | "failed" | "not_run" (after an earlier failure on that host),

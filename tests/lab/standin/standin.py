@@ -614,6 +614,20 @@ def parse_label_selector(sel):
     return ok
 
 
+def label_selector_matches(sel, labels):
+    """A LabelSelector object ({matchLabels, matchExpressions}) against a labels dict; an empty one selects all."""
+    labels = labels or {}
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        k, op, vals = e.get("key"), e.get("operator"), set(e.get("values") or [])
+        if op == "In" and labels.get(k) not in vals or op == "NotIn" and k in labels and labels[k] in vals or \
+                op == "Exists" and k not in labels or op == "DoesNotExist" and k in labels:
+            return False
+    return True
+
+
 def field_value(obj, path):
     cur = obj
     for p in path.split("."):
@@ -1162,6 +1176,10 @@ class Cluster:
             self.sign_cluster_info()
         elif kind == "CertificateSigningRequest" and old is None:
             self.sign_csr(new)
+        elif kind == "Deployment" and old is None:
+            self.deployment_pods(new)
+        elif kind == "PodDisruptionBudget":
+            self.refresh_budgets(new["metadata"]["namespace"])
 
     def after_delete(self, spec, old):
         kind = spec["kind"]
@@ -1185,8 +1203,8 @@ class Cluster:
     def pod_spec(self):
         return self.spec_for("", "v1", "pods")
 
-    def make_pod(self, name, owner, node, volumes=None, mirror=False, labels=None):
-        pod = {"metadata": {"name": name, "namespace": "kube-system", "labels": labels or {}},
+    def make_pod(self, name, owner, node, volumes=None, mirror=False, labels=None, ns="kube-system"):
+        pod = {"metadata": {"name": name, "namespace": ns, "labels": labels or {}},
                "spec": {"containers": [{"name": name.split("-")[0], "image": "registry.lab/standin/pause:3.10"}],
                         "volumes": volumes or [], "tolerations": [{"operator": "Exists"}]},
                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
@@ -1205,7 +1223,7 @@ class Cluster:
         else:
             pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
                                                                   "reason": "Unschedulable"}]}
-        return self.create(self.pod_spec(), "kube-system", pod, hooks=False)
+        return self.create(self.pod_spec(), ns, pod, hooks=False)
 
     def workload_objects(self):
         """The DaemonSet and Deployment/ReplicaSet whose pods run on every node (created once per cluster)."""
@@ -1267,7 +1285,8 @@ class Cluster:
         nodes = sorted(self.schedulable_nodes(), key=lambda n: count.get(n["metadata"]["name"], 0))
         base = pod["metadata"]["name"].rsplit("-", 1)[0]
         self.make_pod("%s-%s" % (base, rand_str(5)), ref, nodes[0] if nodes else None,
-                      volumes=pod["spec"].get("volumes"), labels=pod["metadata"].get("labels"))
+                      volumes=pod["spec"].get("volumes"), labels=pod["metadata"].get("labels"),
+                      ns=pod["metadata"]["namespace"])
 
     def bind_pending(self):
         for pod in self.store.list("", "pods"):
@@ -1275,10 +1294,104 @@ class Cluster:
                 nodes = self.schedulable_nodes()
                 if not nodes:
                     return
-                self.store.delete(self.key(self.pod_spec(), "kube-system", pod["metadata"]["name"]))
+                ns = pod["metadata"]["namespace"]
+                self.store.delete(self.key(self.pod_spec(), ns, pod["metadata"]["name"]))
                 ref = (pod["metadata"].get("ownerReferences") or [None])[0]
                 self.make_pod(pod["metadata"]["name"], ref, random.choice(nodes), volumes=pod["spec"].get("volumes"),
-                              labels=pod["metadata"].get("labels"))
+                              labels=pod["metadata"].get("labels"), ns=ns)
+
+    def deployment_pods(self, dep):
+        """A new Deployment's ReplicaSet and its pods, spread over the schedulable nodes, Running and Ready at once
+        (the deployment and replicaset controllers and a kubelet in one step). Later changes of scale or template are
+        not followed; a deleted pod comes back through replace_pod."""
+        ns = dep["metadata"]["namespace"]
+        sp = dep.get("spec", {})
+        tmpl_labels = (sp.get("template", {}).get("metadata", {}) or {}).get("labels") or {}
+        rs_spec = self.spec_for("apps", "v1", "replicasets")
+        rs_name = "%s-%s" % (dep["metadata"]["name"], dep["metadata"]["uid"].replace("-", "")[:10])
+        rs = self.create(rs_spec, ns, {"metadata": {"name": rs_name, "labels": dict(tmpl_labels),
+                                                    "ownerReferences": [self.owner(dep, "Deployment")]},
+                                       "spec": {"replicas": sp.get("replicas", 1), "selector": sp.get("selector", {}),
+                                                "template": sp.get("template", {})}}, hooks=False)
+        count = {}
+        for p in self.store.list("", "pods"):
+            count[p.get("spec", {}).get("nodeName")] = count.get(p.get("spec", {}).get("nodeName"), 0) + 1
+        for _ in range(int(sp.get("replicas", 1) or 0)):
+            nodes = sorted(self.schedulable_nodes(), key=lambda n: count.get(n["metadata"]["name"], 0))
+            node = nodes[0] if nodes else None
+            if node:
+                count[node["metadata"]["name"]] = count.get(node["metadata"]["name"], 0) + 1
+            self.make_pod("%s-%s" % (rs_name, rand_str(5)), self.owner(rs, "ReplicaSet"), node,
+                          labels=dict(tmpl_labels), ns=ns)
+        self.refresh_budgets(ns)
+
+    def budget_status(self, pdb):
+        """The disruption controller's arithmetic: the pods the budget selects in its namespace (expectedPods: those
+        that exist, not the owner's scale), the Running and Ready ones (currentHealthy), what minAvailable or
+        maxUnavailable asks (desiredHealthy; a percentage rounds up) and the difference (disruptionsAllowed)."""
+        ns = pdb["metadata"]["namespace"]
+        sp = pdb.get("spec", {})
+        sel = sp.get("selector")
+        pods = [p for p in self.store.list("", "pods", ns)
+                if sel is not None and label_selector_matches(sel, p["metadata"].get("labels"))
+                and not p["metadata"].get("deletionTimestamp")]
+        expected = len(pods)
+        healthy = sum(1 for p in pods if p.get("status", {}).get("phase") == "Running" and any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in p["status"].get("conditions", [])))
+
+        def scaled(v):
+            if isinstance(v, str) and v.endswith("%"):
+                return -(-int(v[:-1]) * expected // 100)
+            return int(v)
+        if "minAvailable" in sp:
+            desired = scaled(sp["minAvailable"])
+        elif "maxUnavailable" in sp:
+            desired = max(0, expected - scaled(sp["maxUnavailable"]))
+        else:
+            desired = expected
+        allowed = max(0, healthy - desired)
+        return {"observedGeneration": pdb["metadata"].get("generation", 1), "disruptionsAllowed": allowed,
+                "currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected,
+                "conditions": [{"type": "DisruptionAllowed", "status": "True" if allowed > 0 else "False",
+                                "reason": "SufficientPods" if allowed > 0 else "InsufficientPods", "message": "",
+                                "observedGeneration": pdb["metadata"].get("generation", 1),
+                                "lastTransitionTime": rfc3339()}]}
+
+    def refresh_budgets(self, ns):
+        spec = self.spec_for("policy", "v1", "poddisruptionbudgets")
+        with self.lock:
+            for pdb in self.store.list("policy", "poddisruptionbudgets", ns):
+                st = self.budget_status(pdb)
+                old = dict(pdb.get("status") or {}, conditions=None)
+                if dict(st, conditions=None) != old:
+                    pdb["status"] = st
+                    self.store.put(self.key(spec, ns, pdb["metadata"]["name"]), self.typed(spec, pdb))
+
+    def evict(self, ns, name):
+        """POST pods/NAME/eviction as the API server answers it: 404 for a pod that is gone, 429 while a budget that
+        selects the pod allows no disruption, 500 for a pod under two budgets, else the pod is deleted (at once: no
+        grace period) and 201. A pod that is not Running (Pending, Succeeded, Failed) is deleted whatever the budget."""
+        spec = self.pod_spec()
+        with self.lock:
+            pod = self.get(spec, ns, name)
+            if pod.get("status", {}).get("phase") == "Running":
+                budgets = [b for b in self.store.list("policy", "poddisruptionbudgets", ns)
+                           if b.get("spec", {}).get("selector") is not None
+                           and label_selector_matches(b["spec"]["selector"], pod["metadata"].get("labels"))]
+                if len(budgets) > 1:
+                    raise HttpError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
+                                    "eviction subresource does not support.")
+                if budgets:
+                    st = self.budget_status(budgets[0])
+                    if st["disruptionsAllowed"] <= 0:
+                        raise HttpError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                                        "disruption budget.", {"causes": [{
+                                            "reason": "DisruptionBudget",
+                                            "message": "The disruption budget %s needs %d healthy pods and has %d "
+                                            "currently" % (budgets[0]["metadata"]["name"], st["desiredHealthy"],
+                                                           st["currentHealthy"])}]})
+            self.delete(spec, ns, name)
+        self.refresh_budgets(ns)
 
     def sign_cluster_info(self):
         """kubeadm's bootstrap signer: cluster-info carries a detached JWS of its kubeconfig per signing token."""
@@ -1524,7 +1637,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send_json(200, table_for(spec["kind"], [o], c.store.rv) if table and not sub else o)
         body = self.body()
         if method == "POST" and sub == "eviction" and spec["plural"] == "pods":
-            c.delete(spec, ns, name)
+            c.evict(ns, name)
             return self.send_json(201, status_obj(201, "", ""))
         if method == "POST":
             if name:

@@ -295,6 +295,63 @@ class K3s(Base):
                                  check=False).stdout == "2", 30, "state after restart")
         self.assertTrue(os.path.exists(root + "/var/lib/rancher/k3s/server/db/standin-state.json"))
 
+    def test_drain_evicts_through_budgets(self):
+        lab = self.lab
+        root, _, kc = k3s_server(lab, "s1", "127.77.1.2")
+        with open(root + "/var/lib/rancher/k3s/server/node-token") as f:
+            tok = f.read()
+        a1 = lab.root("a1")
+        lab.write(a1, "/etc/rancher/k3s/config.yaml", "node-name: a1\nnode-ip: 127.77.1.3\nserver: "
+                  "https://127.77.1.2:6443\ntoken: %s\n" % tok.strip())
+        lab.start(a1, "k3s", "agent")
+        wait(lambda: self.ready(kc, "a1") == "True", 30, "a1 Ready")
+        # the Deployment's two pods go where they can: a1 alone while s1 is cordoned
+        lab.kubectl(kc, "cordon", "s1")
+        man = os.path.join(lab.dir, "web.yaml")
+        with open(man, "w") as f:
+            f.write("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n---\napiVersion: apps/v1\nkind: "
+                    "Deployment\nmetadata:\n  name: web\n  namespace: demo\nspec:\n  replicas: 2\n  selector:\n"
+                    "    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n"
+                    "      containers:\n      - name: web\n        image: nginx:1\n---\napiVersion: policy/v1\n"
+                    "kind: PodDisruptionBudget\nmetadata:\n  name: web\n  namespace: demo\nspec:\n"
+                    "  minAvailable: 2\n  selector:\n    matchLabels: {app: web}\n")
+        lab.kubectl(kc, "apply", "-f", man)
+        lab.kubectl(kc, "uncordon", "s1")
+
+        def web():
+            pods = json.loads(lab.kubectl(kc, "get", "pods", "-n", "demo", "-l", "app=web", "-o", "json").stdout)
+            return sorted((p["spec"].get("nodeName"), p["status"]["phase"]) for p in pods["items"])
+        self.assertEqual(web(), [("a1", "Running"), ("a1", "Running")])
+        pdb = json.loads(lab.kubectl(kc, "get", "pdb", "-n", "demo", "web", "-o", "json").stdout)["status"]
+        self.assertEqual((pdb["disruptionsAllowed"], pdb["currentHealthy"], pdb["desiredHealthy"]), (0, 2, 2))
+        # the budget allows no disruption: kubectl retries the 429 until its timeout, then fails naming the pod
+        r = lab.kubectl(kc, "drain", "a1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=12s",
+                        check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("Cannot evict pod as it would violate the pod's disruption budget.", r.stderr)
+        self.assertRegex(r.stderr, r'error when evicting pods?/?"web-[0-9a-f]{10}-[a-z0-9]{5}"')
+        self.assertIn("global timeout reached: 12s", r.stderr)
+        self.assertEqual(web(), [("a1", "Running"), ("a1", "Running")])
+        # the other pods on a1 (the metrics-server's) went; its DaemonSet pod stays
+        left = [p for p in json.loads(lab.kubectl(kc, "get", "pods", "-A", "-o", "json").stdout)["items"]
+                if p["spec"].get("nodeName") == "a1" and p["metadata"]["namespace"] == "kube-system"]
+        self.assertEqual([p["metadata"]["ownerReferences"][0]["kind"] for p in left], ["DaemonSet"])
+        # one pod may go at a time: each evicted pod comes back on s1, Ready, before the next is let go
+        lab.kubectl(kc, "patch", "pdb", "-n", "demo", "web", "--type=merge", "-p",
+                    '{"spec": {"minAvailable": null, "maxUnavailable": 1}}')
+        r = lab.kubectl(kc, "drain", "a1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s")
+        self.assertRegex(r.stdout, r"node/a1 (drained|evicted)\n")  # "evicted" is kubectl 1.20's word
+        self.assertEqual(web(), [("s1", "Running"), ("s1", "Running")])
+        self.assertTrue(self.nodes(kc)["a1"]["spec"]["unschedulable"])
+        # an eviction of a pod that is gone answers 404 (kubectl counts that as evicted)
+        ev = os.path.join(lab.dir, "ev.json")
+        with open(ev, "w") as f:
+            json.dump({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "nope",
+                                                                                 "namespace": "demo"}}, f)
+        r = lab.kubectl(kc, "create", "--raw", "/api/v1/namespaces/demo/pods/nope/eviction", "-f", ev, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("NotFound", r.stderr)
+
     def test_images_and_manifests_at_start(self):
         lab = self.lab
         root = lab.root("s1")

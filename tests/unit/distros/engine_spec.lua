@@ -194,9 +194,23 @@ describe("engine kubectl verbs (run on the leader)", function()
     assert.has_error(function() rke2:drain({}) end)
   end)
 
+  it("render each verb as a kube action for the leader", function()
+    local d = upstream:kube("drain", { name = "w1" }, { timeout = 90 })
+    assert.are.same({ "kube", "drain", "w1", "kubectl drain node w1", upstream:drain("w1", { timeout = 90 }), 150 },
+      { d.kind, d.verb, d.node, d.say, d.cmd, d.timeout })
+    assert.are.equal(upstream:label("w1", { a = "b" }), upstream:kube("label", "w1", { a = "b" }).cmd)
+    assert.are.same({ "/m.yaml", upstream:apply("/m.yaml") }, { upstream:kube("apply", "/m.yaml").path,
+      upstream:kube("apply", "/m.yaml").cmd })
+    assert.are.equal("kubectl delete node w2", upstream:kube("delete_node", "w2").say)
+    assert.has_error(function() upstream:kube("get_nodes", "w1") end, "kube: unknown verb get_nodes")
+  end)
+
   it("drain, cordon, label and apply", function()
-    assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'drain' '--delete-emptydir-data'"
-      .. " '--ignore-daemonsets' '--disable-eviction' 'w1'", upstream:drain("w1"))
+    assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'drain' 'w1' '--ignore-daemonsets'"
+      .. " '--delete-emptydir-data' '--grace-period=-1' '--timeout=300s'", upstream:drain("w1"))
+    assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'drain' 'w1' '--ignore-daemonsets'"
+      .. " '--delete-emptydir-data' '--grace-period=30' '--timeout=90s'",
+      upstream:drain("w1", { grace_period = 30, timeout = 90 }))
     assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'cordon' 'w1'", upstream:cordon("w1"))
     assert.equal("env KUBECONFIG='/etc/kubernetes/admin.conf' 'kubectl' 'label' 'node' 'w1'"
       .. " 'node-role.kubernetes.io/gpu=true' 'old-' 'zone=a b' '--overwrite'",

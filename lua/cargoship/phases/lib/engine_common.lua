@@ -5,8 +5,8 @@
 -- has nothing to do in any install phase. up(host): running and joined, whatever version.
 -- staged(host): the engine files the upload phases staged on the host (host.facts.staged,
 -- distros.engine's `staged` shape), nil when none were.
--- steps: wait_ready (polls the leader's kubectl until the node is Ready) and leader_cmd
--- (a command on the leader, retried), for the phases' action.step records.
+-- steps: wait_ready (polls the leader's kubectl until the node is Ready), for the phases'
+-- action.step records (a kubectl operation itself is an action.kube record).
 local config = require "cargoship.config"
 local engine = require "distros.engine"
 local loop = require "cargoship.loop"
@@ -15,8 +15,6 @@ local M = {}
 
 M.READY_TIMEOUT = 300     -- seconds a node may take to report Ready
 M.READY_INTERVAL = 1      -- one shared kubectl a round on the leader, however many wait
-M.RETRIES = 5             -- kubectl on the leader (apply) before giving up
-M.RETRY_INTERVAL = 3
 
 function M.settled(host)
   local e = host.facts and host.facts.engine
@@ -112,19 +110,6 @@ function M.steps.wait_ready(ctx, _, a)
     end
     loop.sleep(M.READY_INTERVAL)
   end
-end
-
--- A command on the leader (kubectl apply), retried: the API may still be settling.
-function M.steps.leader_cmd(ctx, _, a)
-  local last
-  for attempt = 1, a.retries or M.RETRIES do
-    local out, err, code = ctx.leader:probe(a.cmd, { timeout = a.timeout or 120 })
-    if out and code == 0 then return true end
-    last = out and (err ~= "" and err or out) or err
-    if attempt < (a.retries or M.RETRIES) then loop.sleep(M.RETRY_INTERVAL) end
-  end
-  return nil, string.format("%s: %s failed on the leader %s: %s", a.node or "cluster", a.say, ctx.leader.name,
-    (tostring(last):gsub("%s+$", "")))
 end
 
 -- Hosts in batches: one group per profile (hosts without one together), each cut to the
