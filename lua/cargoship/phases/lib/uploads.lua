@@ -20,7 +20,8 @@
 local action = require "cargoship.action"
 local images = require "cargoship.package.images"
 local shell = require "cargoship.shell"
-local util = require "cargoship.util"
+local digest = require "cargoship.digest"
+local staging = require "cargoship.package.staging"
 local transport = require "cargoship.transport"
 
 local M = {}
@@ -42,51 +43,8 @@ local function role_ok(sel, role)
   return sel.profile == nil or sel.profile == "" or sel.profile == role
 end
 
--- Files written once per run from inline data, content-addressed so plan and run agree.
-local cache_dir
-local function data_file(content)
-  if not cache_dir then
-    local p = assert(io.popen("mktemp -d \"${TMPDIR:-/tmp}/cargoship-data.XXXXXX\""))
-    cache_dir = p:read("l")
-    p:close()
-  end
-  local path = cache_dir .. "/" .. util.sha256(content)
-  local f = io.open(path, "rb")
-  if f then f:close() return path end
-  f = assert(io.open(path, "wb"))
-  f:write(content)
-  f:close()
-  return path
-end
-
--- Image tarballs exported once per (package, ref, arch): plan and run share them.
-local exported = {}
-function M.image_file(pkg, ref, arch)
-  local key = pkg.dir .. "\0" .. ref .. "\0" .. arch
-  if exported[key] then return exported[key] end
-  local dir = pkg.dir .. "/.export-" .. arch
-  os.execute("mkdir -p " .. util.quote(dir))
-  local name = images.file_name(ref, pkg.image_config.compression)
-  local out = dir .. "/" .. name
-  local ok, err = images.export(pkg.dir .. "/images", ref, arch, out, pkg.image_config.compression)
-  if not ok then return nil, err end
-  exported[key] = { path = out, name = name }
-  return exported[key]
-end
-
--- A package's files do not change during a run: each is hashed once, not once per host and
--- pass (50 hosts x 256 MiB would be 12 GiB of hashing for the plan alone).
-local hashed = {}
-local function sha256_of(path)
-  local h = hashed[path]
-  if h then return h.sum, h.size end
-  local sum, size = util.sha256_file(path)
-  if sum then hashed[path] = { sum = sum, size = size } end
-  return sum, size
-end
-
 local function item(category, source, path, e, label)
-  local sum, size = sha256_of(source)
+  local sum, size = staging.sha256_file(source)
   if not sum then return nil, size end
   return { category = category, source = source, path = path, sha256 = sum, size = size,
            mode = e.mode, owner = e.owner, group = e.group, symlinks = e.symlinks or {}, label = label }
@@ -147,7 +105,7 @@ function M.items(ctx, host, which)
       for _, ref in ipairs(pkg.images) do
         local dst, derr = images.host_path(pkg, ref)
         if not dst then return nil, derr end
-        local f, why = M.image_file(pkg, ref, arch)
+        local f, why = staging.image_file(pkg, ref, arch)
         if not f then return nil, why end
         local it, ierr = item("image", f.path, dst, { mode = "0644" }, ref)
         if not it then return nil, ierr end
@@ -156,7 +114,8 @@ function M.items(ctx, host, which)
     end
   end
   for _, f in ipairs((host.config and host.config.files) or {}) do
-    local src = f.data and data_file(f.data) or (f.src:sub(1, 1) == "/" and f.src or (cluster_dir(ctx) .. "/" .. f.src))
+    local src = f.data and staging.data_file(f.data)
+      or (f.src:sub(1, 1) == "/" and f.src or (cluster_dir(ctx) .. "/" .. f.src))
     local dst = f.dst or (f.dst_dir:gsub("/+$", "") .. "/" .. basename(f.src or f.name))
     local it, why = item("data", src, dst, { mode = f.perm or "0644", owner = f.user, group = f.group },
       f.name or dst)
@@ -409,7 +368,7 @@ function M.records(ctx, host)
       say = string.format("record %d shipped file%s in %s", #common, #common == 1 and "" or "s", M.MANIFEST) }
   end
   local have = res.release.code == 0 and res.release.out or ""
-  if have ~= util.sha256(release) .. "\n600\n" then
+  if have ~= digest.sha256(release) .. "\n600\n" then
     acts[#acts + 1] = action.write { path = M.RELEASE, content = release, mode = "0600", dir_mode = "0755" }
   end
   return acts
