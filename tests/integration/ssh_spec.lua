@@ -388,7 +388,7 @@ describe("ssh transport on the lab", function()
         assert.are.equal(hosts[i + 1].name .. "\n", r[i][1])
       end
       local n = 0
-      for _ in pairs(t.bastions) do n = n + 1 end
+      for _ in pairs(t:session_kind().bastions) do n = n + 1 end
       assert.are.equal(1, n)
       -- the bastion saw one SSH login more, whatever the number of hosts behind it
       local after, ss = logins()
