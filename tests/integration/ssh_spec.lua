@@ -160,8 +160,9 @@ describe("ssh transport on the lab", function()
         assert.are.equal(h.name .. "\n", r[i][1])
       end
       assert.are.equal(1, asked)
-      assert.are.equal(1, #tp.agents)
-      local agent_dir = tp.agents[1].dir
+      local agents = tp:session_kind().agents
+      assert.are.equal(1, #agents)
+      local agent_dir = agents[1].dir
       tp:close_all()
       assert.is_nil(io.open(agent_dir .. "/agent.sock"), "the agent's directory outlived the run")
       -- a wrong passphrase is a clear auth error
@@ -387,7 +388,7 @@ describe("ssh transport on the lab", function()
         assert.are.equal(hosts[i + 1].name .. "\n", r[i][1])
       end
       local n = 0
-      for _ in pairs(t.bastions) do n = n + 1 end
+      for _ in pairs(t:session_kind().bastions) do n = n + 1 end
       assert.are.equal(1, n)
       -- the bastion saw one SSH login more, whatever the number of hosts behind it
       local after, ss = logins()

@@ -31,16 +31,16 @@ local function fake_session(o)
     s.log[#s.log + 1] = "other"
     return "out\n", "\30cs-exit:0\n", 0
   end
-  function s.info() return { state = "ready" } end
+  function s.state() return "ready" end
   function s.close() end
   return s
 end
 
 local function connection(session, root)
-  return setmetatable({
-    session = session, name = "h1", user = root == false and "tb" or "root", root = root ~= false,
-    sudo_ok = true, transport = { run_id = "r1" }, temps = {}, tag_base = "r1.1", commands = {}, ncommands = 0,
-  }, transport.Connection)
+  local user = root == false and "tb" or "root"
+  local c = transport.connection(session, { name = "h1", user = user, run_id = "r1", seq = 1 })
+  c.sudo_ok = true
+  return c
 end
 
 local function run(fn)

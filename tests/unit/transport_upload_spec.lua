@@ -16,26 +16,25 @@ local function sh(script)
   return out
 end
 
--- A session that records sftp_put's arguments and every wire; every command exits 0.
+-- A session that records put's arguments and every wire; every command exits 0.
 local function fake_session()
   local s = { wires = {}, puts = {} }
   function s.exec(_, wire)
     s.wires[#s.wires + 1] = wire
     return "", "\30cs-exit:0\n", 0
   end
-  function s.sftp_put(_, local_path, remote, opts)
+  function s.put(_, local_path, remote, opts)
     s.puts[#s.puts + 1] = { local_path = local_path, remote = remote, opts = opts }
     return 42
   end
-  function s.info() return { state = "ready" } end
+  function s.state() return "ready" end
   return s
 end
 
 local function connection(session, root)
-  return setmetatable({
-    session = session, name = "h1", user = root and "root" or "tb", root = root,
-    sudo_ok = true, transport = { run_id = "r1" }, temps = {}, tag_base = "r1.1", commands = {}, ncommands = 0,
-  }, transport.Connection)
+  local c = transport.connection(session, { name = "h1", user = root and "root" or "tb", run_id = "r1", seq = 1 })
+  c.sudo_ok = true
+  return c
 end
 
 describe("the upload path", function()

@@ -1,6 +1,6 @@
 -- Specs of cargoship.ssh.keys: reading a key file safely (regular files of at most 1 MiB).
 local keys = require "cargoship.ssh.keys"
-local transport = require "cargoship.transport"
+local libssh2 = require "cargoship.transport.libssh2"
 local util = require "cargoship.util"
 local support = require "unit.commands.support"
 
@@ -88,12 +88,12 @@ describe("keys.inspect", function()
   end)
 end)
 
-describe("the transport with a hostile keyPath", function()
+describe("the libssh2 session kind with a hostile keyPath", function()
   local dir
   setup(function() dir = support.temp_dir() end)
   teardown(function() support.remove_tree(dir) end)
 
-  -- Transport:key is what every host's connect goes through; before, a directory raised
+  -- The kind's key is what every host's connect goes through; before, a directory raised
   -- "attempt to index a nil value", a FIFO blocked the whole process, /dev/zero ate memory.
   for _, case in ipairs({ { "a directory", function() return dir end, "a directory" },
                           { "a FIFO", function()
@@ -103,7 +103,7 @@ describe("the transport with a hostile keyPath", function()
                             end, "a FIFO" },
                           { "/dev/zero", function() return "/dev/zero" end, "a character device" } }) do
     it("gives an auth error for " .. case[1], function()
-      local t = transport.new({ env = function() return nil end })
+      local t = libssh2.new({ env = function() return nil end })
       local path = case[2]()
       local info = t:key(path)
       assert.are.equal("cannot read key " .. path .. ": " .. case[3] .. ", not a regular file", info.err)
