@@ -19,14 +19,8 @@ local function basename(path)
   return path:match("([^/]*)$")
 end
 
--- The host's sha256 of "$1", printed as hex first on the line: openssl or python3's hashlib
--- (both use the CPU's SHA extensions, ~5x less CPU than coreutils' sha256sum, which is
--- what an upload's check costs the host beyond the transfer), else sha256sum.
-local HOST_SHA256 = "cs_sha256() { case $1 in -*) set -- \"./$1\";; esac;"
-  .. " openssl dgst -sha256 -r \"$1\" 2>/dev/null || python3 -c "
-  .. util.quote("import hashlib, sys\nh = hashlib.sha256()\nwith open(sys.argv[1], 'rb') as f:\n"
-    .. "    for b in iter(lambda: f.read(1 << 20), b''):\n        h.update(b)\nprint(h.hexdigest())")
-  .. " \"$1\" 2>/dev/null || sha256sum -- \"$1\"; }"
+-- The host's sha256 of "$1": cargoship.shell's cs_sha256 (the upload phases' probe uses it too).
+local HOST_SHA256 = shell.SHA256_FN
 M.HOST_SHA256 = HOST_SHA256
 
 -- conn:upload(local, remote, {mode = "0644"|number, owner, group, timeout, sha256 = expected})

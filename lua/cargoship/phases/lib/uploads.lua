@@ -22,7 +22,6 @@ local images = require "cargoship.package.images"
 local shell = require "cargoship.shell"
 local digest = require "cargoship.digest"
 local staging = require "cargoship.package.staging"
-local transport = require "cargoship.transport"
 
 local M = {}
 
@@ -130,7 +129,7 @@ local function short_mode(m) return m and (m:gsub("^0+(%d%d%d)$", "%1")) or nil 
 
 local function probe_script(items)
   -- the transport's hash helper: a second apply hashes every target, so its CPU counts
-  local lines, dirs, seen = { transport.HOST_SHA256,
+  local lines, dirs, seen = { shell.SHA256_FN,
     "cs_f() { if [ -f \"$2\" ] && [ ! -L \"$2\" ]; then set -- \"$1\" \"$2\" "
     .. "$(cs_sha256 \"$2\" | cut -d' ' -f1) $(stat -c '%a %U %G' -- \"$2\"); echo \"F $1 $3 $4 $5 $6\";"
     .. " else echo \"F $1 -\"; fi; }" }, {}, {}
