@@ -51,7 +51,7 @@ local hold = { id = "hold", title = "Hold", dry_run = "read_only", run = functio
 end }
 local function once(cluster, o)
   -- the command builds the transport, as apply does
-  local transport = assert(require("cargoship.commands.apply").transport_for(o, os.getenv))
+  local transport = assert(require("cargoship.pipeline.session").transport_for(o, os.getenv))
   local ctx = context.new { cluster = cluster, log = log, options = o, transport = transport }
   stamp_losses(ctx)
   local phases = { require("cargoship.phases.connect"), require("cargoship.phases.acquire_lock"), hold,

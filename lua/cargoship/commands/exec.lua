@@ -4,7 +4,7 @@ local args = require "cargoship.cli.args"
 local loop = require "cargoship.loop"
 local validate = require "cargoship.commands.validate"
 local pool = require "cargoship.pool"
-local transport = require "cargoship.transport"
+local session = require "cargoship.pipeline.session"
 
 local M = {}
 
@@ -108,13 +108,13 @@ function M.run(ctx, a)
     ctx.stderr:write("cargoship exec: no host matches\n")
     return ctx.exit.failure
   end
-  local home = ctx.env("HOME") or ""
-  local t = transport.new {
-    known_hosts = o.known_hosts or (home .. "/.ssh/known_hosts"),
-    host_key_policy = o.host_key_policy,
-    timeout = o.timeout, env = ctx.env,
-    passphrase = require("cargoship.prompt").passphrase_source(ctx.env, ctx.isatty and ctx.isatty.stdin),
-  }
+  -- the same transport as apply's, so both meet the same host keys and passphrase rules
+  local t, terr = session.transport_for(session.options(ctx, { known_hosts = o.known_hosts,
+    host_key_policy = o.host_key_policy, ssh_timeout = o.timeout }), ctx.env)
+  if not t then
+    ctx.stderr:write("cargoship exec: ", terr, "\n")
+    return ctx.exit.failure
+  end
   local width = 0
   for _, h in ipairs(hosts) do width = math.max(width, #h.name) end
   local shared = { conns = {} }

@@ -81,14 +81,9 @@ local function phase_logger(ctx)
 end
 
 local function session_options(ctx, o)
-  return {
-    concurrency = o.concurrency,
-    known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
-    host_key_policy = o.host_key_policy,
-    ssh_timeout = o.ssh_timeout,
-    keepalive = o.keepalive,
-    passphrase = require("cargoship.prompt").passphrase_source(ctx.env, ctx.isatty and ctx.isatty.stdin),
-  }
+  local options = require("cargoship.pipeline.session").options(ctx, o)
+  options.concurrency = o.concurrency
+  return options
 end
 
 -- plan(): the apply pipeline (with the cluster file's custom phases) as a dry run over
@@ -164,7 +159,7 @@ function M.run(ctx, a)
     end
   end
   local options = session_options(ctx, o)
-  local transport, terr = require("cargoship.commands.apply").transport_for(options, ctx.env)
+  local transport, terr = require("cargoship.pipeline.session").transport_for(options, ctx.env)
   if not transport then
     ctx.stderr:write("cargoship repl: ", terr, "\n")
     return ctx.exit.failure

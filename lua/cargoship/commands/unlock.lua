@@ -48,11 +48,11 @@ M.keeps_log = true   -- every run that touches hosts keeps its debug log
 -- The same connection path as apply's first phase, so both meet the same host keys.
 local function connect(ctx, cluster, o)
   local context = require "cargoship.pipeline.context"
-  local options = {
-    known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
-    host_key_policy = o.host_key_policy, ssh_timeout = o.timeout, concurrency = 50,
-  }
-  local transport = assert(require("cargoship.commands.apply").transport_for(options, ctx.env))
+  local session = require "cargoship.pipeline.session"
+  local options = session.options(ctx, { known_hosts = o.known_hosts, host_key_policy = o.host_key_policy,
+    ssh_timeout = o.timeout })
+  options.concurrency = 50
+  local transport = assert(session.transport_for(options, ctx.env))
   local run = context.new { cluster = cluster, log = ctx.log, dry_run = false, options = options,
     transport = transport, env = ctx.env }
   require("cargoship.phases.connect").run(run, run.hosts)
