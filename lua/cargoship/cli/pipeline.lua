@@ -93,30 +93,38 @@ local function consent(ctx, cmd, o)
   return nil, "declined", "not " .. verb_done(cmd) .. ": the answer was not yes"
 end
 
--- The pipeline the run walks: the command's, less --skip-phases, with the custom phases
--- placed. -> phases, pipeline | nil, exit code (the message written)
-local function phases_of(ctx, cmd, cluster, o)
-  local chosen, serr = load.without(cmd.pipeline, o.skip_phases)
-  if not chosen then
-    ctx.stderr:write("cargoship ", cmd.name, ": --skip-phases: ", serr, "\n")
-    return nil, ctx.exit.usage
-  end
+-- M.phases(pipeline, cluster, o, log) -> phases, pipeline | nil, message, why
+-- The phases a run walks: the pipeline's, less o.skip_phases, with the custom phases of the
+-- cluster file and o.phases_dir placed. why: "skip" (a refused --skip-phases), "missing"
+-- (phase modules not in this build) or "custom" (a custom phase that does not load or place).
+-- Touches no host; a built-in phase that breaks the contract raises (a bug of this build).
+function M.phases(pipeline, cluster, o, log)
+  local chosen, serr = load.without(pipeline, o.skip_phases)
+  if not chosen then return nil, serr, "skip" end
   local phases, err, detail = load.load(chosen)
   if not phases then
-    if detail and detail.missing then
-      ctx.stderr:write("cargoship: ", cmd.name, " is not available in this build yet: ", err, "; nothing was done.\n")
-      return nil, ctx.exit.usage
-    end
-    error(err, 0) -- a phase that breaks the contract is a bug of this build
+    if detail and detail.missing then return nil, err, "missing" end
+    error(err, 0)
   end
-  -- custom phases load (and fail on a syntax error) before any host is touched
-  local pipeline
-  phases, pipeline = custom.extend(phases, chosen, { cluster = cluster, dir = o.phases_dir, log = ctx.log })
-  if not phases then
-    ctx.stderr:write("cargoship: ", pipeline, "\n")
-    return nil, ctx.exit.failure
+  local placed, where = custom.extend(phases, chosen, { cluster = cluster, dir = o.phases_dir, log = log })
+  if not placed then return nil, where, "custom" end
+  return placed, where
+end
+
+-- The phases of a command's run, or its exit code (the message written).
+local function phases_of(ctx, cmd, cluster, o)
+  local phases, pipeline, why = M.phases(cmd.pipeline, cluster, o, ctx.log)
+  if phases then return phases, pipeline end
+  if why == "skip" then
+    ctx.stderr:write("cargoship ", cmd.name, ": --skip-phases: ", pipeline, "\n")
+    return nil, ctx.exit.usage
+  elseif why == "missing" then
+    ctx.stderr:write("cargoship: ", cmd.name, " is not available in this build yet: ", pipeline,
+      "; nothing was done.\n")
+    return nil, ctx.exit.usage
   end
-  return phases, pipeline
+  ctx.stderr:write("cargoship: ", pipeline, "\n")
+  return nil, ctx.exit.failure
 end
 
 local function run_pipeline(ctx, cmd, cluster, o)
@@ -183,18 +191,23 @@ local function redact_secrets(ctx, cluster)
   end
 end
 
--- The cluster file, valid and connectable. -> cluster | nil, exit code (the errors written)
-local function load_cluster(ctx, cmd, path)
+-- M.load_cluster(ctx, name, path, opts) -> cluster | nil, exit code (the errors written)
+-- The cluster file of every command that connects (the pipeline commands, exec, repl,
+-- unlock): valid, its secrets redacted from the log, and, unless opts.hosts_checked_later
+-- (exec checks the hosts it selects), every host with a connection.
+function M.load_cluster(ctx, name, path, opts)
   local cluster, errors = validate.load(ctx, path)
-  if not cluster and not errors then return nil, validate.not_available(ctx, cmd.name) end
+  if not cluster and not errors then return nil, validate.not_available(ctx, name) end
   if not cluster or #(errors or {}) > 0 then
     validate.report_errors(ctx, path, errors)
     return nil, ctx.exit.failure
   end
   redact_secrets(ctx, cluster)
   ctx.log:verbose("%s is valid", path)
-  local refused = validate.refuse_unconnected(ctx, cmd.name, cluster)
-  if refused then return nil, refused end
+  if not (opts and opts.hosts_checked_later) then
+    local refused = validate.refuse_unconnected(ctx, name, cluster)
+    if refused then return nil, refused end
+  end
   return cluster
 end
 
@@ -203,7 +216,7 @@ end
 function M.run(ctx, cmd, o)
   ctx.log:debug("%s options: dry_run=%s confirm=%s concurrency=%s output=%s timeout=%s values=%d", cmd.name,
     o.dry_run, o.confirm, o.concurrency, o.output, o.timeout or "none", #(o.values or {}))
-  local cluster, code = load_cluster(ctx, cmd, o.cluster_file)
+  local cluster, code = M.load_cluster(ctx, cmd.name, o.cluster_file)
   if not cluster then return code end
   -- the lock record says which command holds a host: the pipeline declares it
   o.command = cmd.pipeline.command or cmd.name

@@ -5,6 +5,7 @@ local loop = require "cargoship.loop"
 local validate = require "cargoship.commands.validate"
 local pool = require "cargoship.pool"
 local session = require "cargoship.pipeline.session"
+local command_path = require "cargoship.cli.pipeline"
 
 local M = {}
 
@@ -90,12 +91,8 @@ function M.run(ctx, a)
     return ctx.exit.usage
   end
   local command = table.concat(words, " ")
-  local cluster, errors = validate.load(ctx, path)
-  if not cluster then
-    if errors == nil then return validate.not_available(ctx, "exec") end
-    validate.report_errors(ctx, path, errors)
-    return ctx.exit.failure
-  end
+  local cluster, code = command_path.load_cluster(ctx, "exec", path, { hosts_checked_later = true })
+  if not cluster then return code end
   local o = a.options
   local hosts, serr = require("cargoship.config").select_hosts(cluster, { hosts = o.hosts, role = o.role })
   if not hosts then

@@ -1,6 +1,5 @@
 -- cargoship.commands.unlock: shows who holds the cluster's host locks and, once confirmed, breaks them.
 local args = require "cargoship.cli.args"
-local validate = require "cargoship.commands.validate"
 
 local M = {}
 
@@ -74,18 +73,8 @@ function M.run(ctx, a)
   local lock = require "cargoship.lock"
   local path = a.positional[1]
   local o = a.options
-  local cluster, errors = validate.load(ctx, path)
-  if not cluster then
-    if errors == nil then return validate.not_available(ctx, "unlock") end
-    validate.report_errors(ctx, path, errors)
-    return ctx.exit.failure
-  end
-  if #(errors or {}) > 0 then
-    validate.report_errors(ctx, path, errors)
-    return ctx.exit.failure
-  end
-  local refused = validate.refuse_unconnected(ctx, "unlock", cluster)
-  if refused then return refused end
+  local cluster, code = require("cargoship.cli.pipeline").load_cluster(ctx, "unlock", path)
+  if not cluster then return code end
   local run = connect(ctx, cluster, o)
   local failed = 0
   -- true, values | nil, failures, values
