@@ -417,7 +417,10 @@ local function default_info(info)
     local ok, build = pcall(require, "cargoship.build")
     i.version = ok and type(build) == "table" and build.version or "unknown"
   end
-  i.command = i.command or "apply"
+  -- `cargoship unlock` shows which command holds a host: a lock without one says nothing
+  if type(i.command) ~= "string" or i.command == "" then
+    error("lock.acquire: info.command must name the command taking the lock (\"apply c.yaml\")", 3)
+  end
   i.run_id = i.run_id or string.format("%d-%d", util.getpid(), math.floor(util.now() * 1000) % 1000000)
   return i
 end
@@ -608,7 +611,7 @@ end
 
 -- lock.acquire(host, info, opts) -> handle | nil, msg, code [, answer]
 -- info: { holder = "user@machine" (or user, and this machine's name is added), pid, version,
---         command, run_id } (defaults filled in)
+--         command (required: "apply c.yaml", which unlock shows), run_id } (defaults filled in)
 -- opts: { interval = 15, stale_after = 60, margin = stale_after/4, timeout = 20, dirs = M.DIRS,
 --         name = M.NAME, on_lost = function(msg, handle), heartbeat = true, log = host.log }
 -- Never waits for a held lock: another holder is an immediate "locked" failure naming it.

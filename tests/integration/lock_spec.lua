@@ -51,7 +51,7 @@ local hold = { id = "hold", title = "Hold", dry_run = "read_only", run = functio
 end }
 local function once(cluster, o)
   -- the command builds the transport, as apply does
-  local transport = assert(require("cargoship.commands.apply").transport_for(o, os.getenv))
+  local transport = assert(require("cargoship.pipeline.session").transport_for(o, os.getenv))
   local ctx = context.new { cluster = cluster, log = log, options = o, transport = transport }
   stamp_losses(ctx)
   local phases = { require("cargoship.phases.connect"), require("cargoship.phases.acquire_lock"), hold,
@@ -63,7 +63,8 @@ local function once(cluster, o)
 end
 local ok, code = loop.run(function()
   local cluster = assert(require("cargoship.config").load(path, { env = os.getenv }))
-  local o = { cluster_file = path, known_hosts = os.getenv("KNOWN_HOSTS") }
+  local o = { cluster_file = path, known_hosts = os.getenv("KNOWN_HOSTS"),
+    command = os.getenv("LOCK_COMMAND") or "apply" }
   -- RETRY=seconds: try again while another run holds a lock, as an operator re-running would
   local retry_until = now() + tonumber(os.getenv("RETRY") or "0")
   while true do
@@ -523,7 +524,9 @@ describe("host lock on the lab", function()
       local rc, out = unlock()
       assert.are.equal(0, rc, out)
       for _, h in ipairs(hosts) do assert.matches(h.address .. ": not locked", out, 1, true) end
-      local a = start("a", { HOLD = "60", CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "6" })
+      -- a lock taken by another pipeline command than apply: its record names that command
+      local a = start("a", { HOLD = "60", CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "6",
+        LOCK_COMMAND = "reset" })
       wait_until(function() return acquired(a) end, 20, "the run to take the locks")
       local apid = pid_of(a)
       local err
@@ -533,6 +536,7 @@ describe("host lock on the lab", function()
         assert.matches(h.address .. ": locked at " .. h.lock .. " by ", out, 1, true)
       end
       assert.matches("(pid " .. apid .. ",", out, 1, true)
+      assert.matches("`reset " .. cluster .. "`", out, 1, true)
       assert.matches("pass --yes", err, 1, true)
       assert.are.equal(#hosts, #locked_hosts())
       rc, out = unlock("--yes")

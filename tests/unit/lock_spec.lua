@@ -123,6 +123,20 @@ describe("lock", function()
     return r
   end
 
+  it("records the command that takes the lock, and refuses to take one naming none", function()
+    local h = fake_host("h1")
+    local info = { holder = "ops@console", pid = 1, command = "reset lab.yaml", run_id = "run-r" }
+    local handle = run(function() return assert(lock.acquire(h, info, opts())) end)
+    assert.are.equal("reset lab.yaml", record().command)
+    local st = run(function() return assert(lock.read(h, opts())) end)
+    assert.matches("`reset lab.yaml`", lock.describe(st.record, st.age, st.now, st.owner), 1, true)
+    run(function() assert(handle:release()) end)
+    local ok, err = pcall(run, function() return lock.acquire(h, { holder = "ops@console", run_id = "x" }, opts()) end)
+    assert.is_false(ok)
+    assert.matches("info.command must name the command", tostring(err), 1, true)
+    assert.is_false(exists(path))
+  end)
+
   it("takes a free lock atomically and writes the holder record", function()
     local h = fake_host("h1")
     local handle = run(function() return assert(lock.acquire(h, INFO, opts())) end)
@@ -328,7 +342,7 @@ describe("lock", function()
       for i = 1, 6 do
         files[i] = dir .. "/s" .. i .. ".sh"
         local f = assert(io.open(files[i], "wb"))
-        f:write(script_of { holder = "taker" .. i, run_id = "r" .. i })
+        f:write(script_of { holder = "taker" .. i, command = "apply lab.yaml", run_id = "r" .. i })
         f:close()
       end
       local cmd = {}

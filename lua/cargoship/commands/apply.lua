@@ -1,11 +1,11 @@
--- cargoship.commands.apply: parses apply's flags, validates the cluster, runs the apply pipeline and reports.
+-- cargoship.commands.apply: apply's flags and usage over the apply pipeline; the shared command path does the rest.
+--
+-- Validating the cluster, the plan, consent, the lock, the run, the report and the exit
+-- codes are every pipeline command's (cargoship.cli.pipeline); this file says only what is
+-- apply's: its options, its usage and its pipeline.
 local args = require "cargoship.cli.args"
-local validate = require "cargoship.commands.validate"
-local context = require "cargoship.pipeline.context"
-local custom = require "cargoship.pipeline.custom"
-local progress = require "cargoship.pipeline.progress"
-local report = require "cargoship.pipeline.report"
-local runner = require "cargoship.pipeline.runner"
+local command_path = require "cargoship.cli.pipeline"
+local load = require "cargoship.pipeline.load"
 
 local M = {}
 
@@ -75,6 +75,11 @@ function M.check_work_concurrency(v)
   return v
 end
 
+-- The pipeline apply walks (phase module names, their spec numbers, which are required,
+-- what is not built). A field, not a local, so specs can hand in fake phases.
+M.pipeline = require "cargoship.pipelines.apply"
+M.verb, M.verb_done = "apply", "applied"
+
 M.options = {
   { long = "dry-run", help = "report what would be done, change nothing; exit 3 when work is pending" },
   { long = "confirm", help = "go ahead without asking (needed when stdin is not a terminal)" },
@@ -133,19 +138,13 @@ M.options = {
       .. "start fails with the service's recent log" },
   { long = "skip-phases", value = "LIST", check = args.checks.number_list,
     help = "leave out these phases of the pipeline (numbers and ranges: 18-22,25); the report lists them "
-      .. "as skipped. Phases 1-7, 30 and 31 cannot be skipped" },
+      .. "as skipped. Phases " .. load.ranges(M.pipeline.required) .. " cannot be skipped" },
   { long = "phases", value = "DIR", check = args.checks.nonempty,
     help = "add the custom phases in DIR/*.lua, each placed where it says (docs/phases.md)" },
 }
 M.arguments = { { name = "CLUSTER|PACKAGE", optional = true } }
 M.keeps_log = true
 
--- The pipeline apply walks (phase module names, their spec numbers, what is not built).
--- A field, not a local, so specs can hand in fake phases.
-M.pipeline = require "cargoship.pipelines.apply"
-
--- Everything the pipeline runner needs from the command line, in one plain table: the
--- runner (cargoship.pipeline.runner) takes it as is, so the CLI stays the only parser.
 -- CLUSTER --distro PACKAGE, or the Go tool's PACKAGE --config CLUSTER.
 -- -> cluster_file, distro | nil, message
 function M.operands(a)
@@ -160,6 +159,8 @@ function M.operands(a)
   return first, o.distro
 end
 
+-- Everything the command path and the phases need from the command line, in one plain
+-- table (the run's ctx.options): they take it as is, so the CLI stays the only parser.
 function M.apply_options(ctx, a)
   local o = a.options
   local cluster_file, distro = M.operands(a)
@@ -194,199 +195,13 @@ function M.apply_options(ctx, a)
   }
 end
 
--- M.transport_for(options, env) -> transport | nil, msg: the SSH transport of one pass,
--- with the run's known_hosts, host-key policy and SSH timeout. The command owns it: it is
--- built here, handed to the hosts (host:connect), and closed when the pass ends; no phase
--- holds it. repl and unlock build theirs the same way.
-function M.transport_for(o, env)
-  local transport = require "cargoship.transport"
-  local ok, t = pcall(transport.new, {
-    known_hosts = o.known_hosts,
-    host_key_policy = o.host_key_policy,
-    timeout = o.ssh_timeout,
-    -- an encrypted key's passphrase comes from the environment, never from a file or flag
-    passphrase = o.passphrase or function() return env and env("CARGOSHIP_SSH_PASSPHRASE") end,
-    keepalive = o.keepalive,
-  })
-  if not ok then return nil, "cannot set up SSH: " .. tostring(t) end
-  return t
-end
-
--- One pass of the pipeline over fresh Host objects: a dry run (the plan) or the real run.
--- `late(report)` prints a report that was finished after an interruption (see runner.run).
--- -> report, the pass's context
-local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late, plan)
-  local loop = require "cargoship.loop"
-  local transport, terr = M.transport_for(o, ctx.env)
-  if not transport then error(terr, 0) end
-  local pctx = context.new { cluster = cluster, options = o, log = ctx.log, dry_run = dry_run, now = ctx.now,
-    env = ctx.env, transport = transport, distro = o.distro_package }
-  local prog = progress.new { stream = ctx.stderr, tty = ctx.isatty and ctx.isatty.stderr,
-    enabled = ctx.log:enabled("info"), logger = ctx.log, now = loop.now }
-  local rep = runner.run(pctx, phases, { pipeline = pipeline, progress = prog, deadline = deadline,
-    timeout = o.timeout, on_late_report = late, plan = plan })
-  -- the plan's disconnect only says it would disconnect; no session may outlive its pass
-  if rep.final then transport:close_all() end
-  return rep, pctx
-end
-
--- Exit code of a real run: "locked" when another cargoship's lock stopped it.
-local function real_exit_code(ctx, rep, pctx)
-  local conflicts = pctx.lock_conflicts
-  if rep.outcome == "failed" and type(conflicts) == "table" and #conflicts > 0 then return ctx.exit.locked end
-  return report.exit_code(rep, ctx.exit)
-end
-
--- Writes the final report to stdout, as the operator asked.
-local function emit(ctx, o, rep, heading)
-  if o.output == "json" then
-    ctx.stdout:write(report.json(rep))
-  else
-    ctx.stdout:write(report.text(rep, { heading = heading }))
-  end
-end
-
--- A line from the operator's terminal, or nil at end of input. Waiting on fd 0 first keeps
--- the loop (and Ctrl-C) alive while the operator thinks. A field so specs can answer.
-function M.read_line(_ctx)
-  local loop = require "cargoship.loop"
-  loop.wait_fd(0, "r")
-  return io.stdin:read("l")
-end
-
--- Consent to apply the plan: --confirm, or "y" on a terminal. -> true | nil, outcome, message
-local function consent(ctx, o)
-  if o.confirm then return true end
-  if not (ctx.isatty and ctx.isatty.stdin) then
-    return nil, "not_confirmed", "not a terminal: re-run with --confirm to apply the plan above"
-  end
-  -- the plan went to stdout; it must be on screen before the question
-  if ctx.stdout.flush then ctx.stdout:flush() end
-  ctx.stderr:write("Proceed? [y/N] ")
-  if ctx.stderr.flush then ctx.stderr:flush() end
-  local line = M.read_line(ctx)
-  if line and (line:match("^%s*[yY]%s*$") or line:match("^%s*[yY][eE][sS]%s*$")) then return true end
-  if not line then ctx.stderr:write("\n") end
-  return nil, "declined", "not applied: the answer was not yes"
-end
-
-local function run_pipeline(ctx, cluster, o)
-  local chosen, serr = runner.without(M.pipeline, o.skip_phases)
-  if not chosen then
-    ctx.stderr:write("cargoship apply: --skip-phases: ", serr, "\n")
-    return ctx.exit.usage
-  end
-  local phases, err, detail = runner.load(chosen)
-  if not phases then
-    if detail and detail.missing then
-      ctx.stderr:write("cargoship: apply is not available in this build yet: ", err, "; nothing was done.\n")
-      return ctx.exit.usage
-    end
-    error(err, 0) -- a phase that breaks the contract is a bug of this build
-  end
-  -- custom phases load (and fail on a syntax error) before any host is touched
-  local pipeline
-  phases, pipeline = custom.extend(phases, chosen, { cluster = cluster, dir = o.phases_dir, log = ctx.log })
-  if not phases then
-    ctx.stderr:write("cargoship: ", pipeline, "\n")
-    return ctx.exit.failure
-  end
-  local loop = require "cargoship.loop"
-  local deadline = o.timeout and loop.now() + o.timeout or nil
-
-  if o.dry_run then
-    local rep = pass(ctx, cluster, o, phases, pipeline, true, deadline, function(r) emit(ctx, o, r) end)
-    if not rep.final then return ctx.exit.interrupted end
-    emit(ctx, o, rep)
-    return report.exit_code(rep, ctx.exit)
-  end
-
-  local plan = pass(ctx, cluster, o, phases, pipeline, true, deadline, function(r)
-    if o.output == "json" then emit(ctx, o, report.stopped(r, "interrupted", "interrupted while making the plan"))
-    else emit(ctx, o, r, "Plan") end
-  end)
-  if not plan.final then return ctx.exit.interrupted end
-  local asking = not o.confirm and ctx.isatty and ctx.isatty.stdin
-  if o.output ~= "json" then
-    ctx.stdout:write(report.text(plan, { heading = "Plan" }))
-  elseif asking then
-    ctx.stderr:write(report.text(plan, { heading = "Plan" }))
-  end
-  if plan.outcome == "failed" or plan.outcome == "interrupted" then
-    ctx.stderr:write("cargoship: the plan did not complete; nothing was changed.\n")
-    if o.output == "json" then emit(ctx, o, report.stopped(plan, plan.outcome, plan.error or plan.outcome)) end
-    return report.exit_code(plan, ctx.exit)
-  end
-  if plan.outcome == "ok" then
-    ctx.stderr:write("cargoship: nothing to apply.\n")
-    if o.output == "json" then emit(ctx, o, report.stopped(plan, "ok", "nothing to apply")) end
-    return ctx.exit.ok
-  end
-  local yes, outcome, why = consent(ctx, o)
-  if not yes then
-    ctx.stderr:write("cargoship: ", why, "\n")
-    if o.output == "json" then emit(ctx, o, report.stopped(plan, outcome, why)) end
-    return ctx.exit.failure
-  end
-  -- the operator's time to answer is not apply's: the real run gets the whole --timeout
-  deadline = o.timeout and loop.now() + o.timeout or nil
-  local rep, pctx = pass(ctx, cluster, o, phases, pipeline, false, deadline, function(r)
-    r.plan = plan
-    emit(ctx, o, r)
-  end, plan)
-  rep.plan = plan
-  if not rep.final then return ctx.exit.interrupted end
-  emit(ctx, o, rep)
-  return real_exit_code(ctx, rep, pctx)
-end
-
 function M.run(ctx, a)
   local cluster_operand, operr = M.operands(a)
   if not cluster_operand then
     ctx.stderr:write("cargoship apply: ", operr, "\nRun 'cargoship apply --help' for usage.\n")
     return ctx.exit.usage
   end
-  local apply_options = M.apply_options(ctx, a)
-  local path = apply_options.cluster_file
-  ctx.log:debug("apply options: dry_run=%s confirm=%s concurrency=%d output=%s timeout=%s values=%d",
-    apply_options.dry_run, apply_options.confirm, apply_options.concurrency, apply_options.output,
-    apply_options.timeout or "none", #apply_options.values)
-  local cluster, errors = validate.load(ctx, path)
-  if not cluster and not errors then return validate.not_available(ctx, "apply") end
-  if not cluster or #(errors or {}) > 0 then
-    validate.report_errors(ctx, path, errors)
-    return ctx.exit.failure
-  end
-  -- registry credentials may sit in the file in plain text, or were decrypted from it;
-  -- no line of this run may show them (the loader lists them in cluster.secrets)
-  for _, secret in ipairs(cluster.secrets or {}) do ctx.log:redact(secret) end
-  for _, reg in ipairs(cluster.registries or {}) do
-    if reg.auth then
-      ctx.log:redact(reg.auth.pass)
-      ctx.log:redact(reg.auth.token)
-    end
-  end
-  ctx.log:verbose("%s is valid", path)
-  local refused = validate.refuse_unconnected(ctx, "apply", cluster)
-  if refused then return refused end
-  if apply_options.distro then
-    -- the package is read before any host is touched: a bad one must stop the run here
-    local pkg, perr = require("cargoship.package").read(apply_options.distro)
-    if not pkg then
-      ctx.stderr:write("cargoship apply: --distro: ", tostring(perr), "\n")
-      return ctx.exit.failure
-    end
-    apply_options.distro_package = pkg
-    ctx.log:verbose("distro package %s: %s %s for %s", apply_options.distro, pkg.type, pkg.version,
-      table.concat(pkg.architectures or {}, ","))
-  end
-  apply_options.passphrase = require("cargoship.prompt").passphrase_source(ctx.env,
-    ctx.isatty and ctx.isatty.stdin)
-  local ok, code = pcall(run_pipeline, ctx, cluster, apply_options)
-  -- an archive was unpacked to a temp directory of ours: gone with the run
-  require("cargoship.package").release(apply_options.distro_package)
-  if not ok then error(code, 0) end
-  return code
+  return command_path.run(ctx, M, M.apply_options(ctx, a))
 end
 
 return M

@@ -4,7 +4,8 @@ local args = require "cargoship.cli.args"
 local loop = require "cargoship.loop"
 local validate = require "cargoship.commands.validate"
 local pool = require "cargoship.pool"
-local transport = require "cargoship.transport"
+local session = require "cargoship.pipeline.session"
+local command_path = require "cargoship.cli.pipeline"
 
 local M = {}
 
@@ -90,12 +91,8 @@ function M.run(ctx, a)
     return ctx.exit.usage
   end
   local command = table.concat(words, " ")
-  local cluster, errors = validate.load(ctx, path)
-  if not cluster then
-    if errors == nil then return validate.not_available(ctx, "exec") end
-    validate.report_errors(ctx, path, errors)
-    return ctx.exit.failure
-  end
+  local cluster, code = command_path.load_cluster(ctx, "exec", path, { hosts_checked_later = true })
+  if not cluster then return code end
   local o = a.options
   local hosts, serr = require("cargoship.config").select_hosts(cluster, { hosts = o.hosts, role = o.role })
   if not hosts then
@@ -108,13 +105,13 @@ function M.run(ctx, a)
     ctx.stderr:write("cargoship exec: no host matches\n")
     return ctx.exit.failure
   end
-  local home = ctx.env("HOME") or ""
-  local t = transport.new {
-    known_hosts = o.known_hosts or (home .. "/.ssh/known_hosts"),
-    host_key_policy = o.host_key_policy,
-    timeout = o.timeout, env = ctx.env,
-    passphrase = require("cargoship.prompt").passphrase_source(ctx.env, ctx.isatty and ctx.isatty.stdin),
-  }
+  -- the same transport as apply's, so both meet the same host keys and passphrase rules
+  local t, terr = session.transport_for(session.options(ctx, { known_hosts = o.known_hosts,
+    host_key_policy = o.host_key_policy, ssh_timeout = o.timeout }), ctx.env)
+  if not t then
+    ctx.stderr:write("cargoship exec: ", terr, "\n")
+    return ctx.exit.failure
+  end
   local width = 0
   for _, h in ipairs(hosts) do width = math.max(width, #h.name) end
   local shared = { conns = {} }

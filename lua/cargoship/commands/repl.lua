@@ -1,6 +1,5 @@
 -- cargoship.commands.repl: connects to a cluster's hosts and gives the operator a Lua prompt over them.
 local args = require "cargoship.cli.args"
-local validate = require "cargoship.commands.validate"
 local context = require "cargoship.pipeline.context"
 
 local M = {}
@@ -81,28 +80,21 @@ local function phase_logger(ctx)
 end
 
 local function session_options(ctx, o)
-  return {
-    concurrency = o.concurrency,
-    known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
-    host_key_policy = o.host_key_policy,
-    ssh_timeout = o.ssh_timeout,
-    keepalive = o.keepalive,
-    passphrase = require("cargoship.prompt").passphrase_source(ctx.env, ctx.isatty and ctx.isatty.stdin),
-  }
+  local options = require("cargoship.pipeline.session").options(ctx, o)
+  options.concurrency = o.concurrency
+  return options
 end
 
 -- plan(): the apply pipeline (with the cluster file's custom phases) as a dry run over
 -- fresh dry-run Host objects that share the session's connections.
 local function planner(ctx, pctx, options)
   return function()
-    local custom = require "cargoship.pipeline.custom"
     local host_mod = require "cargoship.host"
     local report = require "cargoship.pipeline.report"
     local runner = require "cargoship.pipeline.runner"
-    local pipeline = require "cargoship.pipelines.apply"
-    local phases, err = runner.load(pipeline)
-    if not phases then error(err, 0) end
-    phases, pipeline = custom.extend(phases, pipeline, { cluster = pctx.cluster, log = pctx.log })
+    -- the phases apply's run would walk (the command path's own choice, custom phases placed)
+    local phases, pipeline = require("cargoship.cli.pipeline").phases(require "cargoship.pipelines.apply",
+      pctx.cluster, {}, pctx.log)
     if not phases then error(pipeline, 0) end
     local hosts = {}
     for i, h in ipairs(pctx.hosts) do
@@ -146,14 +138,8 @@ function M.run(ctx, a)
   local loop = require "cargoship.loop"
   local o = a.options
   local path = a.positional[1]
-  local cluster, errors = validate.load(ctx, path)
-  if not cluster and not errors then return validate.not_available(ctx, "repl") end
-  if not cluster or #(errors or {}) > 0 then
-    validate.report_errors(ctx, path, errors)
-    return ctx.exit.failure
-  end
-  local refused = validate.refuse_unconnected(ctx, "repl", cluster)
-  if refused then return refused end
+  local cluster, code = require("cargoship.cli.pipeline").load_cluster(ctx, "repl", path)
+  if not cluster then return code end
   -- batch code is compiled against a stand-in environment first: a typo costs no connection
   local batch = batch_code(ctx, o)
   for _, b in ipairs(batch or {}) do
@@ -164,7 +150,7 @@ function M.run(ctx, a)
     end
   end
   local options = session_options(ctx, o)
-  local transport, terr = require("cargoship.commands.apply").transport_for(options, ctx.env)
+  local transport, terr = require("cargoship.pipeline.session").transport_for(options, ctx.env)
   if not transport then
     ctx.stderr:write("cargoship repl: ", terr, "\n")
     return ctx.exit.failure

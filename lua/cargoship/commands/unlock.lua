@@ -1,6 +1,5 @@
 -- cargoship.commands.unlock: shows who holds the cluster's host locks and, once confirmed, breaks them.
 local args = require "cargoship.cli.args"
-local validate = require "cargoship.commands.validate"
 
 local M = {}
 
@@ -48,11 +47,11 @@ M.keeps_log = true   -- every run that touches hosts keeps its debug log
 -- The same connection path as apply's first phase, so both meet the same host keys.
 local function connect(ctx, cluster, o)
   local context = require "cargoship.pipeline.context"
-  local options = {
-    known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
-    host_key_policy = o.host_key_policy, ssh_timeout = o.timeout, concurrency = 50,
-  }
-  local transport = assert(require("cargoship.commands.apply").transport_for(options, ctx.env))
+  local session = require "cargoship.pipeline.session"
+  local options = session.options(ctx, { known_hosts = o.known_hosts, host_key_policy = o.host_key_policy,
+    ssh_timeout = o.timeout })
+  options.concurrency = 50
+  local transport = assert(session.transport_for(options, ctx.env))
   local run = context.new { cluster = cluster, log = ctx.log, dry_run = false, options = options,
     transport = transport, env = ctx.env }
   require("cargoship.phases.connect").run(run, run.hosts)
@@ -74,18 +73,8 @@ function M.run(ctx, a)
   local lock = require "cargoship.lock"
   local path = a.positional[1]
   local o = a.options
-  local cluster, errors = validate.load(ctx, path)
-  if not cluster then
-    if errors == nil then return validate.not_available(ctx, "unlock") end
-    validate.report_errors(ctx, path, errors)
-    return ctx.exit.failure
-  end
-  if #(errors or {}) > 0 then
-    validate.report_errors(ctx, path, errors)
-    return ctx.exit.failure
-  end
-  local refused = validate.refuse_unconnected(ctx, "unlock", cluster)
-  if refused then return refused end
+  local cluster, code = require("cargoship.cli.pipeline").load_cluster(ctx, "unlock", path)
+  if not cluster then return code end
   local run = connect(ctx, cluster, o)
   local failed = 0
   -- true, values | nil, failures, values

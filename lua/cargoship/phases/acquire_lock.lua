@@ -38,9 +38,11 @@ end
 local function holder_info(ctx)
   local env = getenv(ctx)
   local file = ctx.options and ctx.options.cluster_file
+  -- the command path sets options.command from the pipeline it walks (apply, reset, ...)
+  local command = ctx.options and ctx.options.command
   return {
     user = env("USER") or env("LOGNAME"),
-    command = "apply" .. (file and (" " .. file) or ""),
+    command = command and (command .. (file and (" " .. file) or "")),
     run_id = ctx.run_id,
   }
 end

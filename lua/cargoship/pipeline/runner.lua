@@ -7,11 +7,9 @@
 -- run (ctx:apply) for one that orders hosts itself. A read-only phase without assess runs
 -- on every prepared host. Each record's outcome lands beside it in the report. A host failing
 -- fails the phase: the phases whose run started are cleaned up in reverse order, the rest
--- are skipped. Dry run (spec/apply-phases.txt): "read_only" phases run as above with writes
--- refused by the hosts; a phase with its own dry-run path runs that; every other phase is
--- prepared and assessed against the live hosts and reported with what it would do, unless
--- it reads host state an earlier reported phase with pending work would create: there it is
--- unassessed, and its assess is not called.
+-- are skipped. Dry run: pipeline/policy.lua says which phases run (with writes refused by
+-- the hosts), which run their own dry-run path, which are only assessed and reported, and
+-- on which hosts a phase is unassessed. Loading a pipeline is pipeline/load.lua's.
 --
 -- What a failure stops (docs/dry-run.md, "When a host fails"): in a real run, the run, after
 -- the phase, since a later phase may need the whole cluster (a leader, a quorum, every node
@@ -28,86 +26,15 @@
 local action = require "cargoship.action"
 local loop = require "cargoship.loop"
 local contract = require "cargoship.pipeline.contract"
+local load = require "cargoship.pipeline.load"
+local policy = require "cargoship.pipeline.policy"
 local report_mod = require "cargoship.pipeline.report"
 
 local M = {}
 
--- ---- loading a pipeline -----------------------------------------------------------------
-
-local function module_exists(name)
-  return package.loaded[name] ~= nil or package.preload[name] ~= nil
-    or package.searchpath(name, package.path) ~= nil
-end
-
--- M.numbers(pipeline) -> the spec number of each of its phases, in order.
-function M.numbers(pipeline)
-  local out = {}
-  for i, entry in ipairs(pipeline.phases) do
-    if type(entry) ~= "table" or math.type(entry[1]) ~= "integer" or entry[2] == nil then
-      error(string.format("pipeline %s: entry %d must be {number, module}", tostring(pipeline.name), i), 2)
-    end
-    out[i] = entry[1]
-  end
-  return out
-end
-
--- Phases an operator may leave out (--skip-phases): not the ones that connect, look, lock,
--- unlock and disconnect (1-7, 30, 31), without which the others have no hosts to act on.
-M.REQUIRED = { [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true,
-  [30] = true, [31] = true }
-
--- M.without(pipeline, numbers) -> a new pipeline without the phases of those spec numbers,
--- its `skipped` listing them ({number, module}) | nil, message (a required or unknown number)
-function M.without(pipeline, numbers)
-  if not numbers or #numbers == 0 then return pipeline end
-  local drop, have = {}, {}
-  for _, entry in ipairs(pipeline.phases) do have[entry[1]] = true end
-  for _, n in ipairs(numbers) do
-    if M.REQUIRED[n] then
-      return nil, string.format("phase %d cannot be skipped (phases 1-7, 30 and 31 connect, check, lock, "
-        .. "unlock and disconnect)", n)
-    end
-    if not have[n] then return nil, string.format("the %s pipeline has no phase %d in this build",
-      tostring(pipeline.name), n) end
-    drop[n] = true
-  end
-  local out = { name = pipeline.name, not_in_build = pipeline.not_in_build, phases = {}, skipped = {} }
-  for _, entry in ipairs(pipeline.phases) do
-    table.insert(drop[entry[1]] and out.skipped or out.phases, entry)
-  end
-  return out
-end
-
--- M.load(pipeline) -> phases | nil, message, {missing = {...}} | {problems = {...}}
--- pipeline: a pipeline module (pipelines/apply.lua: phases = {{number, module name}, ...})
--- or its name. Modules missing from the build are listed together (not a Lua "module not
--- found" for the first); a module that exists and fails to load raises, since that is a bug.
-function M.load(pipeline)
-  if type(pipeline) == "string" then pipeline = require(pipeline) end
-  local name = pipeline.name or "this"
-  M.numbers(pipeline)
-  local missing, modules = {}, {}
-  for i, entry in ipairs(pipeline.phases) do
-    modules[i] = entry[2]
-    if not module_exists(entry[2]) then missing[#missing + 1] = entry[2] end
-  end
-  if #missing > 0 then
-    return nil, string.format("the %s pipeline needs phase modules this build does not have yet: %s",
-      name, table.concat(missing, ", ")), { missing = missing }
-  end
-  local phases = {}
-  for i, mod in ipairs(modules) do phases[i] = require(mod) end
-  local ok, problems = contract.check_all(phases)
-  if not ok then
-    for i, p in ipairs(problems) do
-      local n = tonumber(p:match("^phase (%d+)"))
-      if n then problems[i] = modules[n] .. ": " .. p end
-    end
-    return nil, string.format("the %s pipeline has phases that break the phase contract:\n  %s", name,
-      table.concat(problems, "\n  ")), { problems = problems }
-  end
-  return phases
-end
+-- Loading lives in pipeline/load.lua and the dry-run rules in pipeline/policy.lua; these
+-- names stay here for the callers that know the runner as the pipeline's front door.
+M.numbers, M.without, M.load, M.skipped_of = load.numbers, load.without, load.load, load.skipped_of
 
 -- ---- small helpers ------------------------------------------------------------------------
 
@@ -342,23 +269,14 @@ end
 function Run:report_only(phase, entry, hosts)
   local work = self:assess(phase, entry, hosts)
   if entry.failed then return end
-  if #work > 0 then entry.verdict = "would_act"
-  elseif next(entry.unassessed) then entry.verdict = "unassessed"
-  else entry.verdict = "nothing_to_do" end
+  entry.verdict = policy.report_verdict(#work, next(entry.unassessed) ~= nil)
 end
 
--- In a dry run: which hosts the phase cannot be assessed on, and why.
+-- In a dry run: the hosts the phase cannot be assessed on get their reason (policy.lua).
 function Run:split_unassessed(phase, entry, hosts)
   local rest = {}
   for _, h in ipairs(hosts) do
-    local reason
-    for _, state in ipairs(phase.reads or {}) do
-      local by = self.pending[state] and self.pending[state][h]
-      if by then
-        reason = string.format("reads %s, which %s would create", state, by)
-        break
-      end
-    end
+    local reason = self.pending:reason(phase, h)
     if reason then
       self:entry_for(entry, h).reason = reason
       entry.unassessed[h] = true
@@ -367,19 +285,6 @@ function Run:split_unassessed(phase, entry, hosts)
     end
   end
   return rest
-end
-
--- After a reported phase: what it would create does not exist yet where it has work, nor
--- where it could not even be assessed.
-function Run:note_pending(phase, entry)
-  for _, e in ipairs(entry.hosts) do
-    if #e.actions > 0 or e.reason then
-      for _, state in ipairs(phase.creates or {}) do
-        self.pending[state] = self.pending[state] or {}
-        self.pending[state][e._host] = self.pending[state][e._host] or entry.title
-      end
-    end
-  end
 end
 
 local function counters(hosts)
@@ -463,12 +368,11 @@ function Run:phase(i, phase)
     if prepared > 0 and #hosts == 0 then return end
     if ctx.dry_run then
       hosts = self:split_unassessed(phase, entry, hosts)
-      if entry.dry_run_policy == contract.READ_ONLY then self:run_phase(phase, entry, hosts)
-      elseif entry.dry_run_policy == contract.OWN then self:own_dry_run(phase, entry, hosts)
-      else self:report_only(phase, entry, hosts) end
-    else
-      self:run_phase(phase, entry, hosts)
     end
+    local mode = policy.mode(ctx.dry_run, phase)
+    if mode == "run" then self:run_phase(phase, entry, hosts)
+    elseif mode == "own" then self:own_dry_run(phase, entry, hosts)
+    else self:report_only(phase, entry, hosts) end
   end, function(e)
     trace = debug.traceback(message_of(e), 2)
     return e
@@ -505,7 +409,7 @@ function Run:phase(i, phase)
     entry.verdict = "failed"
   end
   -- a failed phase's healthy hosts were assessed too: what they would create is pending
-  if ctx.dry_run and not cancelled then self:note_pending(phase, entry) end
+  if ctx.dry_run and not cancelled then self.pending:note(phase, entry.title, entry.hosts) end
   report_mod.sort_hosts(entry)
   self.progress:finish(i, total, entry.title, report_mod.summary(entry))
   if entry.verdict == "interrupted" or cancelled then return false end
@@ -546,7 +450,7 @@ end
 -- ---- the run ----------------------------------------------------------------------------------
 
 local function new_report(ctx, phases, pipeline)
-  local numbers = pipeline and pipeline.phases and M.numbers(pipeline)
+  local numbers = pipeline and pipeline.phases and load.numbers(pipeline)
   if numbers and #numbers ~= #phases then
     error(string.format("pipeline %s: %d phases but %d entries", tostring(pipeline.name), #phases, #numbers), 2)
   end
@@ -561,7 +465,7 @@ local function new_report(ctx, phases, pipeline)
     phases = {},
     cleanup = {},
     not_in_build = pipeline and pipeline.not_in_build or nil,
-    skipped = M.skipped_of(pipeline),
+    skipped = load.skipped_of(pipeline),
   }
   for i, phase in ipairs(phases) do
     report.phases[i] = {
@@ -570,17 +474,6 @@ local function new_report(ctx, phases, pipeline)
     }
   end
   return report
-end
-
--- The phases the operator left out, as {number, id, title}, for the report (nil: none).
-function M.skipped_of(pipeline)
-  if not (pipeline and pipeline.skipped and #pipeline.skipped > 0) then return nil end
-  local out = {}
-  for i, entry in ipairs(pipeline.skipped) do
-    local phase = type(entry[2]) == "table" and entry[2] or require(entry[2])
-    out[i] = { number = entry[1], id = phase.id, title = phase.title }
-  end
-  return out
 end
 
 local NO_PROGRESS = { start = function() end, hosts = function() end, finish = function() end,
@@ -606,7 +499,7 @@ function M.run(ctx, phases, opts)
   local report = new_report(ctx, phases, opts.pipeline)
   local run = setmetatable({
     ctx = ctx, phases = phases, report = report, position = position,
-    progress = opts.progress or NO_PROGRESS, started = {}, pending = {}, plan = opts.plan,
+    progress = opts.progress or NO_PROGRESS, started = {}, pending = policy.pending(), plan = opts.plan,
     completed = false,
     failed = false,  -- some phase failed (a dry run may have gone on past it)
     out = {},  -- dry run: [host] = why it is out of the later phases ("failed in phase 3 (...)")

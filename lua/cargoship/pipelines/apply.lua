@@ -9,6 +9,10 @@ local M = {}
 
 M.name = "apply"
 
+-- The command that walks this pipeline: the host lock's record names it ("apply c.yaml"),
+-- so `cargoship unlock` can say which run holds a host.
+M.command = "apply"
+
 -- {spec number, module}, in the order the runner walks them: the number is each phase's in
 -- spec/apply-phases.txt, so reports and operators speak of the same "phase 30" whatever is
 -- missing in between, and one list cannot drift the way a parallel array of numbers can.
@@ -39,6 +43,11 @@ M.phases = {
   { 30, "cargoship.phases.release_lock" },
   { 31, "cargoship.phases.disconnect" },
 }
+
+-- Phases --skip-phases may not leave out: without them the others have no hosts to act on
+-- (the runner reads this list; it knows no pipeline's numbers).
+M.required = { 1, 2, 3, 4, 5, 6, 7, 30, 31 }
+M.required_why = "connect, check, lock, unlock and disconnect"
 
 -- The report prints the text once, where the first gap (23-24) is; it names every gap.
 M.not_in_build = {

@@ -80,7 +80,7 @@ local function new_ctx(hosts, o)
   o = o or {}
   local log = recorder()
   local ctx = context.new {
-    hosts = hosts, options = { cluster_file = "lab.yaml" }, dry_run = o.dry_run or false,
+    hosts = hosts, options = { cluster_file = "lab.yaml", command = "apply" }, dry_run = o.dry_run or false,
     log = log, run_id = "20261130T090000Z-4242",
     env = function(k) return (o.env or {})[k] end,
   }

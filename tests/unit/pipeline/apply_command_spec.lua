@@ -61,7 +61,7 @@ local function fake_pipeline(seen, o)
       entries[#entries + 1] = { numbers[key], mod }
     end
   end
-  return { name = "apply", phases = entries,
+  return { name = "apply", command = "apply", phases = entries, required = { 1, 3, 7, 30, 31 },
     not_in_build = { first = 8, last = 29, text = "phases 8-29 (...) are not in this build" } }
 end
 
