@@ -31,7 +31,7 @@ M.ctx = {
 M.libraries = {
   shell = { "quote", "words", "fmt" },
   json = { "encode", "decode", "null", "array" },
-  action = { "run", "write", "upload", "remove", "service", "step", "note" },
+  action = { "run", "write", "upload", "remove", "service", "kube", "step", "note" },
 }
 
 -- Every host method, reads then writes.
