@@ -519,7 +519,9 @@ static int l_proc_spawn(lua_State *L) {
   char **envp = build_env(L);
   int mode[3] = {stream_mode(L, "stdin", M_NULL), stream_mode(L, "stdout", M_PIPE), stream_mode(L, "stderr", M_PIPE)};
   const char *cwd = NULL;
-  if (lua_getfield(L, 1, "cwd") != LUA_TNIL) cwd = luaL_checkstring(L, -1);
+  int ct = lua_getfield(L, 1, "cwd");
+  if (ct != LUA_TNIL && ct != LUA_TSTRING) return luaL_error(L, "proc.spawn: cwd must be a string");
+  if (ct == LUA_TSTRING) cwd = lua_tostring(L, -1);
   struct stat st;
   if (cwd && stat(cwd, &st) != 0) return cs_fail(L, cwd, "spawn", strerror(errno), "io");
   if (cwd && !S_ISDIR(st.st_mode)) return cs_fail(L, cwd, "spawn", "not a directory", "io");
