@@ -42,55 +42,58 @@ local function exists(path)
   return f ~= nil or errno ~= 2
 end
 
--- M.start(key_path, passphrase) -> agent | nil, why
--- Yields while ssh-add decrypts the key (once per key and run); must run in a task.
-function M.start(key_path, passphrase)
-  if passphrase:find("[\n\r]") then return nil, "a passphrase with a line break cannot be handed to ssh-add" end
-  local dir, why = sh({ "mktemp", "-d", "--tmpdir", "cargoship-agent.XXXXXX" })   -- mode 0700
-  if not dir then return nil, "cannot make a private directory: " .. tostring(why) end
-  dir = dir:gsub("%s+$", "")
-  local sock, fifo, askpass, used = dir .. "/agent.sock", dir .. "/pass", dir .. "/askpass", dir .. "/asked"
+-- Fills the private directory, starts the agent and its watchdog, has ssh-add decrypt the key
+-- -> self | nil, why (the caller stops self on either)
+local function launch(self, key_path, passphrase)
+  local dir, sock = self.dir, self.socket
+  local fifo, askpass, used = dir .. "/pass", dir .. "/askpass", dir .. "/asked"
   -- the helper answers once: a second question means the passphrase was wrong
   local ok, err = fs.replace(askpass, "#!/bin/sh\n[ -e " .. q(used) .. " ] && exit 1\n: > " .. q(used)
     .. "\nexec head -n 1 " .. q(fifo) .. "\n", tonumber("700", 8))
   if ok then ok, err = sh({ "mkfifo", "-m", "600", fifo }) end
-  local agent
-  if ok then agent, err = proc.spawn { argv = { "ssh-agent", "-D", "-a", sock }, stdout = "null", stderr = "null" } end
-  if not agent then
-    remove_dir(dir)
-    return nil, "cannot start ssh-agent: " .. tostring(err)
+  if ok then
+    self.agent, err = proc.spawn { argv = { "ssh-agent", "-D", "-a", sock }, stdout = "null", stderr = "null" }
   end
+  if not self.agent then return nil, "cannot start ssh-agent: " .. tostring(err) end
+  self.pid = self.agent:pid()
   -- the watchdog: when we are gone, so is the agent and the directory
-  local watch = "while kill -0 " .. util.getpid() .. " 2>/dev/null; do sleep 2; done; kill " .. agent:pid()
+  local watch = "while kill -0 " .. util.getpid() .. " 2>/dev/null; do sleep 2; done; kill " .. self.pid
     .. "; rm -rf " .. q(dir)
-  local watchdog = proc.spawn { argv = { "sh", "-c", watch }, stdout = "null", stderr = "null" }
-  local self = setmetatable({ dir = dir, socket = sock, pid = agent:pid(), agent = agent, watchdog = watchdog }, Agent)
+  self.watchdog = proc.spawn { argv = { "sh", "-c", watch }, stdout = "null", stderr = "null" }
   for _ = 1, 100 do
-    if exists(sock) or agent:wait(0.05) then break end
+    if exists(sock) or self.agent:wait(0.05) then break end
   end
-  if not exists(sock) then
-    self:stop()
-    return nil, "cannot start ssh-agent: ssh-agent did not start"
-  end
+  if not exists(sock) then return nil, "cannot start ssh-agent: ssh-agent did not start" end
   -- opened read-write, the FIFO never blocks us: the line waits in it until the helper
   -- reads it, and if ssh-add fails before asking, nobody waits on anybody
-  local w = io.open(fifo, "r+")
-  if not w then
-    self:stop()
-    return nil, "cannot open the passphrase FIFO in " .. dir
-  end
+  local w <close> = io.open(fifo, "r+")
+  if not w then return nil, "cannot open the passphrase FIFO in " .. dir end
   w:write(passphrase, "\n")
   w:flush()
   -- its own session (proc.spawn's): no terminal to ask on, so it asks the helper
   local out, aerr, code = subprocess.run({ "ssh-add", "-q", key_path }, { stderr = "stdout", timeout = 120,
     env = { SSH_AUTH_SOCK = sock, SSH_ASKPASS = askpass, SSH_ASKPASS_REQUIRE = "force", DISPLAY = "none" } })
-  w:close()
   if not out or code ~= 0 then
-    self:stop()
     local msg = (out or aerr):gsub("%s+$", "")
     return nil, "ssh-add " .. key_path .. ": " .. (msg ~= "" and msg or "failed (wrong passphrase?)")
   end
   return self
+end
+
+-- M.start(key_path, passphrase) -> agent | nil, why
+-- Yields while ssh-add decrypts the key (once per key and run); must run in a task. However
+-- it fails, cancelled included, nothing is left running and the directory is gone.
+function M.start(key_path, passphrase)
+  if passphrase:find("[\n\r]") then return nil, "a passphrase with a line break cannot be handed to ssh-add" end
+  local dir, why = sh({ "mktemp", "-d", "--tmpdir", "cargoship-agent.XXXXXX" })   -- mode 0700
+  if not dir then return nil, "cannot make a private directory: " .. tostring(why) end
+  dir = dir:gsub("%s+$", "")
+  local self = setmetatable({ dir = dir, socket = dir .. "/agent.sock" }, Agent)
+  local ok, started, err = pcall(launch, self, key_path, passphrase)
+  if ok and started then return started end
+  self:stop()
+  if not ok then error(started, 0) end
+  return nil, err
 end
 
 -- Ends the agent and its watchdog and removes the directory (idempotent). Never waits, so

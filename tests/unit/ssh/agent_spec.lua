@@ -69,6 +69,21 @@ describe("ssh.agent", function()
     assert.equal("", sh("ps -o args= --ppid " .. util.getpid() .. " | grep -e '[s]sh-agent' -e '[k]ill -0' || true"))
   end)
 
+  it("leaves nothing running when its task is cancelled midway", function()
+    for _, delay in ipairs({ 0.01, 0.05, 0.15 }) do
+      local code = run(function()
+        local t = loop.spawn(function() return agent.start(key, "pass phrase") end)
+        loop.sleep(delay)
+        t:cancel()
+        local ok, a, c = t:join()
+        if ok and a then a:stop() end   -- it was quicker than the cancel
+        return ok and "done" or c
+      end)
+      assert.is_truthy(code == "cancelled" or code == "done", tostring(code))
+      assert.equal("", sh("ps -o args= --ppid " .. util.getpid() .. " | grep -e '[s]sh-a' -e '[k]ill -0' || true"))
+    end
+  end)
+
   it("refuses a passphrase with a line break", function()
     local a, err = run(function() return agent.start(key, "two\nlines") end)
     assert.is_nil(a)
