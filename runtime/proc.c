@@ -200,6 +200,7 @@ static int l_proc_close_stdin(lua_State *L) {
 /* Stack while waiting: [p, timeout, deadline]. */
 static int wait_k(lua_State *L, int status, lua_KContext ctx);
 
+/* Pushes how the reaped child ended, as p:wait returns it.  [-0, +1|2|3, m] */
 static int push_exit(lua_State *L, cs_proc *p) {
   if (p->lost) return cs_fail(L, p->name, "wait", "its exit status was collected elsewhere", "io");
   if (WIFSIGNALED(p->status)) {
@@ -213,6 +214,7 @@ static int push_exit(lua_State *L, cs_proc *p) {
   return 1;
 }
 
+/* Reaps, or yields until the exit may have come (pidfd readable, or a SIGCHLD byte).  [-0, +(1..3), e] */
 static int wait_step(lua_State *L, cs_proc *p) {
   if (p->pidfd < 0) chld_drain();
   if (try_reap(p)) return push_exit(L, p);
@@ -259,6 +261,7 @@ static int l_proc_wait(lua_State *L) {
 /* Stack while reading: [p, which, max, deadline]. */
 static int read_k(lua_State *L, int status, lua_KContext ctx);
 
+/* Reads what is there, or yields until the pipe is readable.  [-0, +(1..3), e] */
 static int read_step(lua_State *L, cs_proc *p, int i) {
   /* not a luaL_Buffer: dropping its box with lua_settop trips Lua 5.4.4's settop bug */
   static char buf[READ_MAX];
@@ -323,6 +326,7 @@ static int l_proc_read(lua_State *L) {
 /* Stack while writing: [p, data, deadline, offset]. */
 static int write_k(lua_State *L, int status, lua_KContext ctx);
 
+/* Writes from the offset at 4 on, or yields until the pipe has room.  [-0, +(1..3), e] */
 static int write_step(lua_State *L, cs_proc *p) {
   size_t len;
   const char *data = lua_tolstring(L, 2, &len);
