@@ -44,6 +44,13 @@ void cs_waitq_wake(lua_State *L, cs_waitq *q);
 /* Wakes only the first waiter of q; returns 1 if there was one. */
 int cs_waitq_wake_one(lua_State *L, cs_waitq *q);
 
+/* The task running in L; raises outside a task of the running loop (for primitives that
+ * refuse to start what they could not wait for).  [-0, +0, e] */
+cs_task *cs_loop_running_task(lua_State *L);
+
+/* Tests only: nonzero makes proc.spawn learn exits from SIGCHLD, as without pidfd_open. */
+extern int cs_proc_force_sigchld;
+
 /* Raises the cancellation error of the running task (after the caller has cleaned up). */
 int cs_raise_cancelled(lua_State *L);
 

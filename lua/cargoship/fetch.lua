@@ -3,16 +3,18 @@
 -- M.is_url(s) -> true for http:// and https:// (any other scheme:// is a URL we refuse)
 -- M.stream(url, on_chunk, opts) -> true, {status} | nil, why, code
 --   on_chunk(bytes) is called for each piece of the body as it arrives (64 KiB reads of
---   curl's stdout): the body is never held whole. opts.curl: the program (default "curl").
+--   curl's stdout): the body is never held whole; if it raises, curl is killed and the error
+--   goes on. opts.curl: the program (default "curl"). Must run in a task (it yields).
 --   code: "http" (status >= 400, after redirects), "dns", "connect", "tls", "timeout",
 --   "url" (malformed, or a scheme other than http/https), "missing" (no curl), "io".
 --   Every `why` names the URL without its user-info (user:password@ never reaches a message).
 -- Why curl and not libcurl: hosts are air-gapped, so this runs on the operator's machine
 -- only (`sha256sum URL`); curl there is Debian's, well kept, honours the operator's proxy
 -- variables and CA store, and keeps TLS and HTTP parsing out of our process; the runtime
--- links no new library. The URL reaches curl in a 0600 config file, never in argv, so a
--- URL carrying credentials is not shown by ps.
-local util = require "cargoship.util"
+-- links no new library. The URL reaches curl as a config on its stdin (--config -), never in
+-- argv or on disk, so a URL carrying credentials is not shown by ps. curl runs through
+-- cargoship.subprocess: the calling task yields while it downloads, other tasks go on.
+local subprocess = require "cargoship.subprocess"
 
 local M = {}
 
@@ -59,34 +61,19 @@ function M.stream(url, on_chunk, opts)
     return nil, shown .. ": only http:// and https:// URLs are fetched", "url"
   end
   if url:find("[%z\r\n]") then return nil, shown .. ": a URL holds no control characters", "url" end
-  local mk = io.popen("umask 077 && mktemp -d \"${TMPDIR:-/tmp}/cargoship-fetch.XXXXXX\"")
-  local dir = mk and mk:read("l")
-  if mk then mk:close() end
-  if not dir then return nil, shown .. ": cannot make a temporary directory", "io" end
-  local cfg, err_path = dir .. "/curl.cfg", dir .. "/stderr"
-  local f = assert(io.open(cfg, "wb"))
   -- --fail: a status >= 400 is an error (its body is not hashed); redirects are followed
   -- (as the Go tool's HTTP client does) but only to http(s); a transfer stalled for a
   -- minute is given up; the final status goes to stderr for the message.
-  f:write("url = ", cfg_string(url), "\n", "silent\nshow-error\nfail\nlocation\nmax-redirs = 10\n",
+  local cfg = table.concat({ "url = ", cfg_string(url), "\n", "silent\nshow-error\nfail\nlocation\nmax-redirs = 10\n",
     "proto = \"=http,https\"\nproto-redir = \"=http,https\"\nconnect-timeout = 30\n",
-    "speed-limit = 1\nspeed-time = 60\n", "write-out = \"%{stderr}cargoship-http %{http_code}\\n\"\n")
-  f:close()
-  local p = io.popen(string.format("%s --config %s 2>%s", util.quote(opts.curl or "curl"), util.quote(cfg),
-    util.quote(err_path)), "r")
-  local ok, cb_err = true, nil
-  while true do
-    local chunk = p:read(1 << 16)
-    if not chunk then break end
-    if ok then ok, cb_err = pcall(on_chunk, chunk) end
+    "speed-limit = 1\nspeed-time = 60\n", "write-out = \"%{stderr}cargoship-http %{http_code}\\n\"\n" })
+  local done, err, status = subprocess.run({ opts.curl or "curl", "--config", "-" },
+    { stdin = cfg, on_stdout = on_chunk })
+  if not done then
+    if status == "missing" then return nil, failure(shown, 127, "") end
+    return nil, string.format("%s: %s", shown, err), "io"
   end
-  local _, _, status = p:close()
-  local ef = io.open(err_path, "rb")
-  local err = ef and ef:read("a") or ""
-  if ef then ef:close() end
-  os.execute("rm -rf " .. util.quote(dir))
-  if not ok then error(cb_err, 0) end
-  if status ~= 0 then return nil, failure(shown, status or -1, err) end
+  if status ~= 0 then return nil, failure(shown, status, err) end
   return true, { status = tonumber(err:match("cargoship%-http (%d+)")) }
 end
 

@@ -6,7 +6,11 @@
 -- signs through the agent (0.15 ms each). The passphrase never reaches a command line or an
 -- environment: ssh-add asks for it through an askpass helper that reads it from a FIFO in
 -- that directory, which only we write to, once. A watchdog ends the agent and removes the
--- directory when this process is gone, however it ends.
+-- directory when this process is gone, however it ends. Every program here runs through the
+-- proc primitive, so the task starting the agent yields while ssh-add decrypts.
+local fs = require "cargoship.fs"
+local proc = require "cargoship.proc"
+local subprocess = require "cargoship.subprocess"
 local util = require "cargoship.util"
 
 local M = {}
@@ -16,71 +20,92 @@ Agent.__index = Agent
 
 local q = util.quote
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1", "r")
-  if not p then return nil, "cannot run " .. cmd end
-  local out = p:read("a")
-  local ok = p:close()
-  return ok and out or nil, out
+-- What the private directory ever holds: removed by name, no rm -rf, no process.
+local FILES = { "agent.sock", "pass", "askpass", "asked" }
+
+local function remove_dir(dir)
+  for _, name in ipairs(FILES) do os.remove(dir .. "/" .. name) end
+  os.remove(dir)
 end
 
--- M.start(key_path, passphrase) -> agent | nil, why
--- Blocks while ssh-add decrypts the key (once per key and run).
-function M.start(key_path, passphrase)
-  if passphrase:find("[\n\r]") then return nil, "a passphrase with a line break cannot be handed to ssh-add" end
-  local dir, why = sh("umask 077 && mktemp -d \"${TMPDIR:-/tmp}/cargoship-agent.XXXXXX\"")
-  if not dir then return nil, "cannot make a private directory: " .. tostring(why) end
-  dir = dir:gsub("%s+$", "")
-  local sock, fifo, askpass, used = dir .. "/agent.sock", dir .. "/pass", dir .. "/askpass", dir .. "/asked"
+-- A program's output when it exited 0 -> out | nil, why
+local function sh(argv)
+  local out, err, code = subprocess.run(argv, { stderr = "stdout", timeout = 30 })
+  if out and code == 0 then return out end
+  return nil, (out or err):gsub("%s+$", "")
+end
+
+-- A socket exists: opening it fails, but not with ENOENT.
+local function exists(path)
+  local f, _, errno = io.open(path, "r")
+  if f then f:close() end
+  return f ~= nil or errno ~= 2
+end
+
+-- Fills the private directory, starts the agent and its watchdog, has ssh-add decrypt the key
+-- -> self | nil, why (the caller stops self on either)
+local function launch(self, key_path, passphrase)
+  local dir, sock = self.dir, self.socket
+  local fifo, askpass, used = dir .. "/pass", dir .. "/askpass", dir .. "/asked"
   -- the helper answers once: a second question means the passphrase was wrong
-  local f = assert(io.open(askpass, "w"))
-  f:write("#!/bin/sh\n[ -e ", q(used), " ] && exit 1\n: > ", q(used), "\nexec head -n 1 ", q(fifo), "\n")
-  f:close()
-  local pid, err = sh(table.concat({
-    "umask 077 && chmod 700 " .. q(askpass) .. " && mkfifo " .. q(fifo),
-    "ssh-agent -D -a " .. q(sock) .. " >/dev/null 2>&1 </dev/null & a=$!",
-    -- the watchdog: when we are gone, so is the agent and the directory
-    "( while kill -0 " .. util.getpid() .. " 2>/dev/null; do sleep 2; done; kill $a; rm -rf " .. q(dir)
-      .. " ) >/dev/null 2>&1 </dev/null &",
-    "i=0; while [ ! -S " .. q(sock) .. " ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done",
-    "[ -S " .. q(sock) .. " ] || { echo 'ssh-agent did not start'; kill $a; exit 1; }",
-    "echo $a",
-  }, "\n"))
-  if not pid then
-    os.execute("rm -rf " .. q(dir))
-    return nil, "cannot start ssh-agent: " .. tostring(err):gsub("%s+$", "")
+  local ok, err = fs.replace(askpass, "#!/bin/sh\n[ -e " .. q(used) .. " ] && exit 1\n: > " .. q(used)
+    .. "\nexec head -n 1 " .. q(fifo) .. "\n", tonumber("700", 8))
+  if ok then ok, err = sh({ "mkfifo", "-m", "600", fifo }) end
+  if ok then
+    self.agent, err = proc.spawn { argv = { "ssh-agent", "-D", "-a", sock }, stdout = "null", stderr = "null" }
   end
-  local self = setmetatable({ dir = dir, socket = sock, pid = tonumber(pid:match("%d+")) }, Agent)
+  if not self.agent then return nil, "cannot start ssh-agent: " .. tostring(err) end
+  self.pid = self.agent:pid()
+  -- the watchdog: when we are gone, so is the agent and the directory
+  local watch = "while kill -0 " .. util.getpid() .. " 2>/dev/null; do sleep 2; done; kill " .. self.pid
+    .. "; rm -rf " .. q(dir)
+  self.watchdog = proc.spawn { argv = { "sh", "-c", watch }, stdout = "null", stderr = "null" }
+  for _ = 1, 100 do
+    if exists(sock) or self.agent:wait(0.05) then break end
+  end
+  if not exists(sock) then return nil, "cannot start ssh-agent: ssh-agent did not start" end
   -- opened read-write, the FIFO never blocks us: the line waits in it until the helper
   -- reads it, and if ssh-add fails before asking, nobody waits on anybody
-  local w = io.open(fifo, "r+")
-  if not w then
-    self:stop()
-    return nil, "cannot open the passphrase FIFO in " .. dir
-  end
+  local w <close> = io.open(fifo, "r+")
+  if not w then return nil, "cannot open the passphrase FIFO in " .. dir end
   w:write(passphrase, "\n")
   w:flush()
-  local add = io.popen(table.concat({
-    "SSH_AUTH_SOCK=" .. q(sock), "SSH_ASKPASS=" .. q(askpass), "SSH_ASKPASS_REQUIRE=force", "DISPLAY=none",
-    "setsid -w ssh-add -q " .. q(key_path) .. " </dev/null 2>&1",
-  }, " "), "r")
-  local out = add:read("a")
-  local ok = add:close()
-  w:close()
-  if not ok then
-    self:stop()
-    local msg = out:gsub("%s+$", "")
+  -- its own session (proc.spawn's): no terminal to ask on, so it asks the helper
+  local out, aerr, code = subprocess.run({ "ssh-add", "-q", key_path }, { stderr = "stdout", timeout = 120,
+    env = { SSH_AUTH_SOCK = sock, SSH_ASKPASS = askpass, SSH_ASKPASS_REQUIRE = "force", DISPLAY = "none" } })
+  if not out or code ~= 0 then
+    local msg = (out or aerr):gsub("%s+$", "")
     return nil, "ssh-add " .. key_path .. ": " .. (msg ~= "" and msg or "failed (wrong passphrase?)")
   end
   return self
 end
 
--- Ends the agent and removes its directory (idempotent).
+-- M.start(key_path, passphrase) -> agent | nil, why
+-- Yields while ssh-add decrypts the key (once per key and run); must run in a task. However
+-- it fails, cancelled included, nothing is left running and the directory is gone.
+function M.start(key_path, passphrase)
+  if passphrase:find("[\n\r]") then return nil, "a passphrase with a line break cannot be handed to ssh-add" end
+  local dir, why = sh({ "mktemp", "-d", "--tmpdir", "cargoship-agent.XXXXXX" })   -- mode 0700
+  if not dir then return nil, "cannot make a private directory: " .. tostring(why) end
+  dir = dir:gsub("%s+$", "")
+  local self = setmetatable({ dir = dir, socket = dir .. "/agent.sock" }, Agent)
+  local ok, started, err = pcall(launch, self, key_path, passphrase)
+  if ok and started then return started end
+  self:stop()
+  if not ok then error(started, 0) end
+  return nil, err
+end
+
+-- Ends the agent and its watchdog and removes the directory (idempotent). Never waits, so
+-- it serves destructors and the collector too.
 function Agent:stop()
   if self.stopped then return end
   self.stopped = true
-  if self.pid then os.execute("kill " .. self.pid .. " 2>/dev/null") end
-  os.execute("rm -rf " .. q(self.dir))
+  if self.watchdog then self.watchdog:close() end
+  if self.agent then self.agent:close() end
+  remove_dir(self.dir)
 end
+
+Agent.__gc = Agent.stop
 
 return M
