@@ -119,7 +119,7 @@ describe("cargoship package create", function()
       if e.type == "file" then names[#names + 1] = e.name end
     end
     table.sort(names)
-    assert.same({ "checksums.txt", "distro.yaml", "files/0/blob.bin" }, names)
+    assert.same({ "cargoship-integrity.txt", "checksums.txt", "distro.yaml", "files/0/blob.bin" }, names)
     local p = assert(package.read(out))
     assert.equal(1, #p.files)
     assert.same({}, p.os_files)
@@ -262,5 +262,127 @@ describe("loading and verifying a package", function()
       .. "/etc/pki/site%-link%.pem", text)
     assert.matches("os files, binaries %(1%):\n  0755  /usr/local/bin/rke2 %(29 bytes%)  %[package binary", text)
     assert.matches("images %(0%)", text)
+  end)
+end)
+
+-- Issue 23: one flipped bit anywhere in a package is refused, naming what was altered.
+describe("every byte of a package is covered", function()
+  local root, dir
+  before_each(function()
+    root = tmpdir()
+    dir = unpacked(root)
+  end)
+  after_each(function() os.execute("rm -rf " .. util.quote(root) .. " " .. util.quote(dir)) end)
+
+  -- flips one bit (mask) of the first byte of `needle` in the file (at its n-th byte when n is given)
+  local function flip(path, needle, mask, n)
+    local text = read(path)
+    local at = assert(text:find(needle, 1, true), needle .. " not in " .. path) + (n or 0)
+    write(path, text:sub(1, at - 1) .. string.char(text:byte(at) ~ mask) .. text:sub(at + 1))
+  end
+
+  local function refused(pattern)
+    local p, err = package.read(dir)
+    assert.is_nil(p)
+    assert.matches(pattern, err)
+    local ok, why = package.verify(dir)
+    assert.is_nil(ok)
+    assert.matches(pattern, why)
+  end
+
+  it("a fresh package verifies whole: files, distro.yaml, engine and architectures", function()
+    local ok, coverage = package.verify(dir)
+    assert.is_true(ok)
+    assert.equal("full", coverage)
+    assert.equal("full", assert(package.read(dir)).coverage)
+    assert.matches("files/1/hello%.txt", read(dir .. "/checksums.txt"))
+    assert.matches("%x+ cargoship%-integrity%.txt\n", read(dir .. "/checksums.txt"))
+    assert.equal("cargoship package integrity 1\ntype rke2\nversion 1.35.4-rke2r1\narchitectures amd64\n"
+      .. "distro.yaml " .. read(dir .. "/cargoship-integrity.txt"):match("distro%.yaml (%x+)\n") .. "\n",
+      read(dir .. "/cargoship-integrity.txt"))
+  end)
+
+  it("names distro.yaml when one bit of an install target flips (/etc/pki -> /etc/pkI)", function()
+    flip(dir .. "/distro.yaml", "/etc/pki/site.pem", 0x20, 7)
+    assert.matches("/etc/pkI/site%.pem", read(dir .. "/distro.yaml"))
+    refused("distro%.yaml: sha256 %x+ %(aggregate blanked%), cargoship%-integrity%.txt says %x+: distro%.yaml was "
+      .. "altered after the build")
+  end)
+
+  it("names distro.yaml when its architecture or engine claim is altered", function()
+    local text = read(dir .. "/distro.yaml")
+    write(dir .. "/distro.yaml", (text:gsub("amd64", "arm64")))
+    refused("distro%.yaml: sha256 %x+ %(aggregate blanked%), cargoship%-integrity%.txt says")
+    write(dir .. "/distro.yaml", text)
+    assert.is_true(package.verify(dir))
+    write(dir .. "/distro.yaml", (text:gsub("type: rke2", "type: k3s")))
+    refused("distro%.yaml: sha256 %x+ %(aggregate blanked%), cargoship%-integrity%.txt says")
+  end)
+
+  it("names the record when it is rewritten (with checksums.txt and the aggregate) to claim another arch", function()
+    local rec = read(dir .. "/cargoship-integrity.txt"):gsub("architectures amd64", "architectures arm64")
+    write(dir .. "/cargoship-integrity.txt", rec)
+    local sums = read(dir .. "/checksums.txt"):gsub("%x+ cargoship%-integrity%.txt", util.sha256(rec)
+      .. " cargoship-integrity.txt")
+    write(dir .. "/checksums.txt", sums)
+    local text = read(dir .. "/distro.yaml")
+    local old = yaml.load(text)[1].metadata.aggregateChecksum
+    write(dir .. "/distro.yaml", (text:gsub(old, util.sha256(sums))))
+    refused('cargoship%-integrity%.txt: architectures "arm64", distro%.yaml says "amd64"')
+  end)
+
+  it("names a payload file with one flipped bit", function()
+    flip(dir .. "/os/0/rke2", "stand-in", 0x01)
+    refused("os/0/rke2: sha256 %x+, checksums%.txt says " .. util.sha256(BIN))
+  end)
+
+  it("names checksums.txt with one flipped bit", function()
+    flip(dir .. "/checksums.txt", " files/0/site.pem", 0x01, -1)
+    refused("checksums%.txt: sha256 %x+ is not metadata%.aggregateChecksum %x+ %(distro%.yaml%): one of the two was "
+      .. "altered")
+  end)
+
+  it("names the aggregate with one flipped bit", function()
+    flip(dir .. "/distro.yaml", "aggregateChecksum: '", 0x01, #"aggregateChecksum: '" + 10)
+    refused("checksums%.txt: sha256 %x+ is not metadata%.aggregateChecksum %S+ %(distro%.yaml%)")
+  end)
+
+  it("names the integrity record with one flipped bit", function()
+    flip(dir .. "/cargoship-integrity.txt", "architectures", 0x01)
+    refused("cargoship%-integrity%.txt: sha256 %x+, checksums%.txt says %x+")
+  end)
+
+  it("gives an arm64 and an amd64 package of the same files different aggregates", function()
+    local amd = assert(package.read(root .. "/cargoship-demo-amd64-1.35.4-rke2r1.tar.zst"))
+    source_dir(root)
+    write(root .. "/src/distro.yaml", (read(root .. "/src/distro.yaml"):gsub("architecture: amd64",
+      "architecture: arm64")))
+    local arm = assert(package.read(assert(build.create(root .. "/src", { out = root, now = 0,
+      file_overrides = { "https://example.invalid=" .. root .. "/mirror" } }))))
+    assert.same({ "arm64" }, arm.architectures)
+    assert.equal(read(amd.dir .. "/files/0/site.pem"), read(arm.dir .. "/files/0/site.pem"))
+    assert.equal(read(amd.dir .. "/os/0/rke2"), read(arm.dir .. "/os/0/rke2"))
+    assert.are_not.equal(amd.aggregate, arm.aggregate)
+    package.release(amd)
+    package.release(arm)
+  end)
+
+  it("still reads and verifies a Go-tool package (no record): its files covered, distro.yaml not", function()
+    local go = root .. "/go"
+    write(go .. "/files/0/blob.bin", "payload\n")
+    local sums = util.sha256("payload\n") .. " files/0/blob.bin\n"
+    write(go .. "/checksums.txt", sums)
+    write(go .. "/distro.yaml",
+      files_only_yaml(", aggregateChecksum: " .. util.sha256(sums), "build: {architectures: [amd64]}\n"))
+    local ok, coverage = package.verify(go)
+    assert.is_true(ok)
+    assert.equal("files", coverage)
+    local p = assert(package.read(go))
+    assert.equal("files", p.coverage)
+    assert.equal(util.sha256(sums), p.aggregate)
+    write(go .. "/files/0/blob.bin", "paylaod\n")
+    local none, why = package.read(go)
+    assert.is_nil(none)
+    assert.matches("files/0/blob%.bin: sha256 %x+, checksums%.txt says", why)
   end)
 end)
