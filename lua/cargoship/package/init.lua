@@ -301,12 +301,20 @@ function M.verify(dir, doc)
   return true, "full"
 end
 
--- Unpacks an archive into a fresh temp directory -> dir | nil, why
-function M.unpack(path)
+-- What unpacking one package may write (runtime/archive.c limits_t): a member's size, the
+-- total, the number of members, and unpacked:compressed past ratio_after bytes. A real
+-- package (binaries, debs, image layers) stays far inside; a hostile one is named and stopped.
+M.LIMITS = { max_member = 16 << 30, max_total = 64 << 30, max_entries = 1000000,
+             max_ratio = 100, ratio_after = 64 << 20 }
+
+-- Unpacks an archive into a fresh temp directory (under parent, default $TMPDIR or /tmp)
+-- -> dir | nil, why; on a refusal the directory and all it got are removed.
+function M.unpack(path, parent)
   local archive = require "cargoship.archive"
-  local dir = sh_lines("mktemp -d \"${TMPDIR:-/tmp}/cargoship-pkg.XXXXXX\"")[1]
+  local dir = sh_lines("mktemp -d " .. (parent and util.quote(parent .. "/cargoship-pkg.XXXXXX")
+    or "\"${TMPDIR:-/tmp}/cargoship-pkg.XXXXXX\""))[1]
   if not dir then return nil, "cannot make a temp directory" end
-  local ok, err = archive.extract(path, dir)
+  local ok, err = archive.extract(path, dir, M.LIMITS)
   if not ok then
     os.execute("rm -rf " .. util.quote(dir))
     return nil, path .. ": " .. tostring(err)
@@ -319,11 +327,12 @@ function M.release(pkg)
   if pkg and pkg.temp and pkg.dir then os.execute("rm -rf " .. util.quote(pkg.dir)) end
 end
 
-function M.read(path)
+-- read(path[, {tmpdir = parent of the unpacked archive}])
+function M.read(path, opts)
   local yaml = require "cargoship.yaml"
   local dir, temp, yaml_path
   if M.is_archive(path) then
-    local d, err = M.unpack(path)
+    local d, err = M.unpack(path, opts and opts.tmpdir)
     if not d then return nil, err end
     dir, temp, yaml_path = d, true, d .. "/distro.yaml"
   else

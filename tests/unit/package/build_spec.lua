@@ -388,3 +388,85 @@ describe("every byte of a package is covered", function()
     assert.matches("files/0/blob%.bin: sha256 %x+, checksums%.txt says", why)
   end)
 end)
+
+-- Issue 23: reading a hostile package archive refuses it, naming the member, and writes
+-- nothing outside its own temp directory (removed on refusal: the parent stays empty).
+describe("reading a hostile package archive", function()
+  local root, parent
+  before_each(function()
+    root = tmpdir()
+    parent = root .. "/tmp"
+    os.execute("mkdir " .. util.quote(parent))
+  end)
+  after_each(function() os.execute("rm -rf " .. util.quote(root)) end)
+
+  local function listing(d)
+    local p = assert(io.popen("find " .. util.quote(d) .. " -mindepth 1"))
+    local out = p:read("a")
+    p:close()
+    return out
+  end
+
+  -- a .tar.zst of a valid distro.yaml, then one member made by Python's tarfile (kind, name, link)
+  local function archive_with(kind, name, link)
+    write(root .. "/src/distro.yaml", files_only_yaml("", ""))
+    local script = [==[
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w") as t:
+    t.add(sys.argv[2], "distro.yaml")
+    ti = tarfile.TarInfo(sys.argv[4])
+    ti.type = {"file": tarfile.REGTYPE, "symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE,
+               "fifo": tarfile.FIFOTYPE}[sys.argv[3]]
+    ti.linkname = sys.argv[5]
+    data = b"owned\n" if sys.argv[3] == "file" else b""
+    ti.size = len(data)
+    t.addfile(ti, io.BytesIO(data))
+]==]
+    local out = root .. "/hostile.tar"
+    assert(os.execute("python3 -c " .. util.quote(script) .. " " .. util.quote(out) .. " "
+      .. util.quote(root .. "/src/distro.yaml") .. " " .. kind .. " " .. util.quote(name) .. " "
+      .. util.quote(link or "") .. " && zstd -q --rm " .. util.quote(out)))
+    return out .. ".zst"
+  end
+
+  for _, case in ipairs({
+    { "file", "../escape", nil, "%.%./escape: extract: member path leaves the package" },
+    { "file", "files/../../../escape", nil, "files/%.%./%.%./%.%./escape: extract: member path leaves the package" },
+    { "file", "ROOT/escape", nil, "/escape: extract: member path leaves the package %(absolute or %.%.%)" }, -- absolute
+    { "symlink", "files", "..", "files: extract: a symbolic link" },
+    { "hardlink", "files/0/blob.bin", "../../escape", "files/0/blob%.bin: extract: a hard link" },
+    { "fifo", "files/0/blob.bin", nil, "files/0/blob%.bin: extract: not a regular file or directory" },
+  }) do
+    it("refuses a " .. case[1] .. " member " .. case[2] .. (case[3] and (" -> " .. case[3]) or ""), function()
+      local path = archive_with(case[1], (case[2]:gsub("ROOT", root)), case[3])
+      local p, err = package.read(path, { tmpdir = parent })
+      assert.is_nil(p)
+      assert.matches("^" .. path:gsub("%p", "%%%0") .. ": .*" .. case[4], err)
+      assert.equal("", listing(parent))
+      assert.is_nil(io.open(root .. "/escape"))
+    end)
+  end
+
+  it("stops a package whose payload unpacks past package.LIMITS, naming the member", function()
+    write(root .. "/src/blob.bin", ("\0"):rep(4 << 20))
+    write(root .. "/src/distro.yaml", files_only_yaml("", ""))
+    local out = assert(build.create(root .. "/src", { out = root }))
+    -- the defaults let a real package through (4 MiB of zeros is far below 64 MiB)
+    local p = assert(package.read(out, { tmpdir = parent }))
+    package.release(p)
+    assert.equal("", listing(parent))
+    local saved = package.LIMITS.ratio_after
+    package.LIMITS.ratio_after = 1 << 20
+    local none, err = package.read(out, { tmpdir = parent })
+    package.LIMITS.ratio_after = saved
+    assert.is_nil(none)
+    assert.matches("files/0/blob%.bin: extract: unpacks to more than 100 times its compressed size", err)
+    assert.equal("", listing(parent))
+    package.LIMITS.max_member = 1 << 20
+    none, err = package.read(out, { tmpdir = parent })
+    package.LIMITS.max_member = 16 << 30
+    assert.is_nil(none)
+    assert.matches("files/0/blob%.bin: extract: declares 4194304 bytes, more than the bound of 1048576", err)
+    assert.equal("", listing(parent))
+  end)
+end)
