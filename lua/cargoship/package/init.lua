@@ -216,6 +216,12 @@ local function check_record(dir, doc, aggregate)
   return true
 end
 
+-- What each coverage means, in words (package verify and inspect print it).
+M.COVERAGE = {
+  full = "every file, distro.yaml, the engine and the architectures covered",
+  files = "the files covered; distro.yaml, the engine and the architectures are not (a Go-tool package)",
+}
+
 -- verify(dir, doc) -> true, coverage | nil, why
 --   coverage: "full" (a cargoship package: every byte, the engine and the architectures under
 --   the aggregate) or "files" (a Go-tool package: the files only, distro.yaml uncovered).

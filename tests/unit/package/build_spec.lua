@@ -258,6 +258,7 @@ describe("loading and verifying a package", function()
     local text = require("cargoship.commands.package").describe(p)
     assert.matches("engine:        rke2 1%.35%.4%-rke2r1", text)
     assert.matches("architectures: amd64", text)
+    assert.matches("checksum:      %x+ %(every file, distro%.yaml, the engine and the architectures covered%)", text)
     assert.matches("0640  /etc/pki/site%.pem %(28 bytes%)  %[every role, every arch%]  links "
       .. "/etc/pki/site%-link%.pem", text)
     assert.matches("os files, binaries %(1%):\n  0755  /usr/local/bin/rke2 %(29 bytes%)  %[package binary", text)
