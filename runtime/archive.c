@@ -215,13 +215,62 @@ static int make_parents(const char *root, const char *rel) {
   return 0;
 }
 
-static int copy_data(struct archive *a, int fd) {
+/* What one extraction may unpack, so that a hostile or corrupt archive cannot fill the disk:
+ * a member's declared size, the declared and the written total, the number of members, and
+ * the ratio of unpacked to compressed bytes once more than ratio_after bytes came out (a
+ * member of zeros compresses 30000:1; packages of binaries, debs and image layers stay
+ * under 10:1). Each can be lowered (or raised) by extract's limits table. */
+typedef struct {
+  lua_Integer max_member, max_total, max_entries, max_ratio, ratio_after;
+} limits_t;
+#define GIB ((lua_Integer)1 << 30)
+
+static void read_limits(lua_State *L, int idx, limits_t *lim) {
+  *lim = (limits_t){ 16 * GIB, 64 * GIB, 1000000, 100, 64 << 20 };
+  if (!idx) return;
+  static const char *const keys[] = { "max_member", "max_total", "max_entries", "max_ratio", "ratio_after" };
+  lua_Integer *vals[] = { &lim->max_member, &lim->max_total, &lim->max_entries, &lim->max_ratio, &lim->ratio_after };
+  for (int k = 0; k < 5; k++) {
+    lua_getfield(L, idx, keys[k]);
+    if (!lua_isnil(L, -1)) {
+      int ok;
+      lua_Integer v = lua_tointegerx(L, -1, &ok);
+      if (!ok || v < 0) luaL_error(L, "archive.extract: limits.%s must be a non-negative integer", keys[k]);
+      *vals[k] = v;
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* The reason a member must not be unpacked under lim (total: bytes declared before it), or NULL. */
+static const char *over_bound(lua_State *L, struct archive_entry *e, const limits_t *lim, lua_Integer total,
+                              lua_Integer count) {
+  lua_Integer size = (lua_Integer)archive_entry_size(e);
+  if (count > lim->max_entries)
+    return lua_pushfstring(L, "more than %I members (the bound)", lim->max_entries);
+  if (size > lim->max_member)
+    return lua_pushfstring(L, "declares %I bytes, more than the bound of %I for one member", size, lim->max_member);
+  if (size > lim->max_total - total)
+    return lua_pushfstring(L, "would bring the unpacked total past the bound of %I bytes", lim->max_total);
+  if (archive_entry_sparse_count(e) > 0) return "a sparse file (packages hold plain files only)";
+  return NULL;
+}
+
+/* copy_data's results besides 0 (done), -1 (archive error) and -2 (write error, errno) */
+#define OVER_TOTAL (-3)
+#define OVER_RATIO (-4)
+
+static int copy_data(struct archive *a, int fd, const limits_t *lim, lua_Integer *total) {
   const void *block;
   size_t size;
   la_int64_t off;
   int r;
   while ((r = archive_read_data_block(a, &block, &size, &off)) == ARCHIVE_OK) {
     const char *p = block;
+    if ((lua_Integer)size > lim->max_total - *total) return OVER_TOTAL;
+    *total += (lua_Integer)size;
+    la_int64_t in = archive_filter_bytes(a, -1), out = archive_filter_bytes(a, 0);
+    if (out > lim->ratio_after && in > 0 && out / in > lim->max_ratio) return OVER_RATIO;
     while (size > 0) {
       ssize_t w = write(fd, p, size);
       if (w < 0 && errno == EINTR) continue;
@@ -233,18 +282,38 @@ static int copy_data(struct archive *a, int fd) {
   return r == ARCHIVE_EOF ? 0 : -1;
 }
 
-/* archive.extract(path, dest[, member, out]) -> entries | nil, msg, "io"
+/* The error of a copy_data result c (err: errno after it) for member name, written to file. */
+static int copy_fail(lua_State *L, struct archive *a, int c, int err, const char *name, const char *file,
+                     const limits_t *lim) {
+  if (c == -2) return cs_fail(L, file, "write", strerror(err), "io");
+  if (c == OVER_TOTAL)
+    return cs_fail(L, name, "extract", lua_pushfstring(L, "unpacks past the bound of %I bytes in all", lim->max_total),
+                   "io");
+  if (c == OVER_RATIO)
+    return cs_fail(L, name, "extract", lua_pushfstring(L, "unpacks to more than %I times its compressed size "
+                   "(a compression bomb?)", lim->max_ratio), "io");
+  return arc_fail(L, name, "extract", a);
+}
+
+/* archive.extract(path, dest[, member, out][, limits]) -> entries | nil, msg, "io"
  * Unpacks every member under the existing directory dest, or only `member` to the file `out`.
- * Only regular files and directories: a link, a device, an absolute name or one with ".."
- * is refused, naming the member, before anything of it is written (a package must not
- * reach outside the directory it is unpacked into). Files are created (never followed
- * through an existing link) with the archive's permission bits masked to 0755. */
+ * Only regular files and directories: a link, a device, a fifo, a sparse file, an absolute
+ * name or one with ".." is refused, naming the member, before anything of it is written (a
+ * package must not reach outside the directory it is unpacked into). Files are created (never
+ * followed through an existing link) with the archive's permission bits masked to 0755.
+ * limits = {max_member, max_total, max_entries, max_ratio, ratio_after} (limits_t) bounds
+ * what is unpacked; past a bound the member is named and nothing more is written. */
 static int l_archive_extract(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   const char *dest = luaL_checkstring(L, 2);
-  const char *member = luaL_optstring(L, 3, NULL);
-  const char *outp = luaL_optstring(L, 4, NULL);
+  int limx = 0;
+  for (int k = 3; k <= 5 && !limx; k++) if (lua_istable(L, k)) limx = k;
+  const char *member = limx == 3 ? NULL : luaL_optstring(L, 3, NULL);
+  const char *outp = limx == 3 || limx == 4 ? NULL : luaL_optstring(L, 4, NULL);
   if (member && !outp) return luaL_error(L, "archive.extract: a member needs an output path");
+  limits_t lim;
+  read_limits(L, limx, &lim);
+  lua_Integer total = 0, count = 0;
   struct archive *a = open_reader(L, path);
   if (!a) return 3;
   struct archive_entry *e;
@@ -260,16 +329,14 @@ static int l_archive_extract(lua_State *L) {
     if (member) {
       if (strcmp(name, strip_dot(member)) != 0) continue;
       if (t != AE_IFREG) { READ_FAIL(cs_fail(L, member, "extract", "not a regular file", "io")); }
+      const char *why = over_bound(L, e, &lim, 0, 1);
+      if (why) { READ_FAIL(cs_fail(L, member, "extract", why, "io")); }
       int fd = open(outp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
       if (fd < 0) { READ_FAIL(cs_fail(L, outp, "create", strerror(errno), "io")); }
-      int c = copy_data(a, fd);
+      int c = copy_data(a, fd, &lim, &total);
       int err = errno;
       close(fd);
-      if (c != 0) {
-        int n = c == -2 ? cs_fail(L, outp, "write", strerror(err), "io") : arc_fail(L, member, "extract", a);
-        archive_read_free(a);
-        return n;
-      }
+      if (c != 0) { READ_FAIL(copy_fail(L, a, c, err, member, outp, &lim)); }
       found = 1;
       push_entry(L, e, name);
       lua_seti(L, tbl, ++i);
@@ -279,13 +346,15 @@ static int l_archive_extract(lua_State *L) {
     if (!safe_name(name)) {
       READ_FAIL(cs_fail(L, raw, "extract", "member path leaves the package (absolute or ..)", "io"));
     }
+    if (archive_entry_hardlink(e)) {
+      READ_FAIL(cs_fail(L, raw, "extract", "a hard link (packages hold files and directories only)", "io"));
+    }
     if (t != AE_IFREG && t != AE_IFDIR) {
       READ_FAIL(cs_fail(L, raw, "extract", t == AE_IFLNK ? "a symbolic link (packages hold files and directories only)"
                                                       : "not a regular file or directory", "io"));
     }
-    if (archive_entry_hardlink(e)) {
-      READ_FAIL(cs_fail(L, raw, "extract", "a hard link (packages hold files and directories only)", "io"));
-    }
+    const char *why = over_bound(L, e, &lim, total, ++count);
+    if (why) { READ_FAIL(cs_fail(L, raw, "extract", why, "io")); }
     if (make_parents(dest, name) != 0) {
       int err = errno;
       READ_FAIL(cs_fail(L, name, "extract", strerror(err), "io"));
@@ -308,15 +377,11 @@ static int l_archive_extract(lua_State *L) {
         int err = errno;
         READ_FAIL(cs_fail(L, name, "extract", err == EEXIST ? "exists already (listed twice?)" : strerror(err), "io"));
       }
-      int c = copy_data(a, fd);
+      int c = copy_data(a, fd, &lim, &total);
       int err = errno;
       if (c == 0 && fchmod(fd, perm ? perm : 0644) != 0) { c = -2; err = errno; }
       close(fd);
-      if (c != 0) {
-        int n = c == -2 ? cs_fail(L, name, "write", strerror(err), "io") : arc_fail(L, name, "extract", a);
-        archive_read_free(a);
-        return n;
-      }
+      if (c != 0) { READ_FAIL(copy_fail(L, a, c, err, name, name, &lim)); }
     }
     lua_settop(L, tbl);
     push_entry(L, e, name);

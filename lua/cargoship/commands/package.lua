@@ -63,7 +63,8 @@ function M.describe(p)
   add("version:       %s", tostring(require("cargoship.package").field(p.doc, "metadata", "version") or "-"))
   add("engine:        %s %s", p.type, p.version)
   add("architectures: %s", table.concat(p.architectures, ", "))
-  add("checksum:      %s", p.aggregate or "(not built)")
+  add("checksum:      %s%s", p.aggregate or "(not built)",
+    p.coverage and (" (" .. require("cargoship.package").COVERAGE[p.coverage] .. ")") or "")
   local function files(title, list)
     add("%s (%d):", title, #list)
     for _, e in ipairs(list) do
@@ -103,7 +104,7 @@ function M.run(ctx, a)
       return fail(ctx, path .. ": not a built package (no checksums.txt): build it with cargoship package create")
     end
     if action == "inspect" then ctx.stdout:write(M.describe(p))
-    else ctx.stdout:write(path, ": ok (", p.aggregate, ")\n") end
+    else ctx.stdout:write(path, ": ok (", p.aggregate, ": ", package.COVERAGE[p.coverage], ")\n") end
     package.release(p)
     return ctx.exit.ok
   end

@@ -224,16 +224,6 @@ function M.create(src, opts)
     if not found then return fail(why) end
     ic.sources = nil -- build-machine paths mean nothing inside the package
   end
-  -- checksums.txt over every staged file; the aggregate over its exact bytes
-  local lines = {}
-  for _, rel in ipairs(sorted_files(stage)) do
-    lines[#lines + 1] = util.sha256_file(stage .. "/" .. rel) .. " " .. rel .. "\n"
-  end
-  local sums = table.concat(lines)
-  local fh = assert(io.open(stage .. "/checksums.txt", "wb"))
-  fh:write(sums)
-  fh:close()
-  doc.metadata.aggregateChecksum = util.sha256(sums)
   doc.build = { architectures = arches, version = version,
     timestamp = os.date("!%Y-%m-%dT%H:%M:%SZ", opts.now or os.time()),
     fileOverrides = #overrides > 0 and (function()
@@ -243,8 +233,28 @@ function M.create(src, opts)
     end)() or nil,
     fileSources = #sources > 0 and sources or nil }
   if #arches == 1 then doc.build.architecture = arches[1] end
+  -- distro.yaml is written with a placeholder aggregate, hashed into the integrity record,
+  -- which checksums.txt lists: the aggregate then covers distro.yaml (all but its own value),
+  -- the architectures and the engine (pkg.INTEGRITY, docs/packages.md)
+  doc.metadata.aggregateChecksum = pkg.PLACEHOLDER
+  local text = yaml.dump(doc)
+  local _, n = text:gsub(pkg.PLACEHOLDER, "")
+  if n ~= 1 then return fail("metadata.aggregateChecksum: the placeholder appears " .. n .. " times in distro.yaml") end
+  local fh = assert(io.open(stage .. "/" .. pkg.INTEGRITY, "wb"))
+  fh:write(pkg.integrity_record(doc, util.sha256(text)))
+  fh:close()
+  -- checksums.txt over every staged file (the record included); the aggregate over its exact bytes
+  local lines = {}
+  for _, rel in ipairs(sorted_files(stage)) do
+    lines[#lines + 1] = util.sha256_file(stage .. "/" .. rel) .. " " .. rel .. "\n"
+  end
+  local sums = table.concat(lines)
+  fh = assert(io.open(stage .. "/checksums.txt", "wb"))
+  fh:write(sums)
+  fh:close()
+  doc.metadata.aggregateChecksum = util.sha256(sums)
   fh = assert(io.open(stage .. "/distro.yaml", "wb"))
-  fh:write(yaml.dump(doc))
+  fh:write((text:gsub(pkg.PLACEHOLDER, doc.metadata.aggregateChecksum)))
   fh:close()
   -- the archive: distro.yaml and checksums.txt first, then the listed files
   local out = opts.out

@@ -8,14 +8,16 @@
 --   facts only, and the upload phases refuse it when it lists files (pkg.built = false).
 --   pkg = {type, version, architectures, name, file, engine,        -- as before
 --          built, dir, temp (dir is ours to remove), doc (the ZarfDistro document),
---          aggregate, files = {entry..}, os_files = {entry..}, images = {ref..},
+--          aggregate, coverage ("full" | "files": M.verify; nil unbuilt),
+--          files = {entry..}, os_files = {entry..}, images = {ref..},
 --          image_config = {path, compression}, values_files = {..},
 --          manifests = {path..} (spec.config.manifests: applied from the leader, upstream)}
 --   entry = {list = "files"|"os", index, name, staged (local path), target (full remote path),
 --            mode "0644", owner, group, symlinks = {..}, executable, selector = {package,
 --            profile, arch = {..}}}
--- verify(dir, doc?) -> true | nil, why: every failure names the file (distro-package.md §11,
---   with §14.6 fixed: a listed file that is missing is an error).
+-- verify(dir, doc?) -> true, coverage | nil, why: every failure names the file (distro-package.md §11,
+--   with §14.6 fixed: a listed file that is missing is an error; and distro.yaml, the engine and
+--   the architectures covered through M.INTEGRITY when the package has one).
 -- Architectures: build.architectures (written by create, authoritative), else
 -- build.architecture, else metadata.architectures, else metadata.architecture, else amd64.
 -- os: spec.config.os checked and normalized (cargoship.package.os_config).
@@ -157,7 +159,72 @@ local function entries_of(doc, dir, which)
 end
 M.entries_of = entries_of
 
--- verify(dir, doc) -> true | nil, why
+-- The integrity record: a file cargoship's create adds and lists in checksums.txt, so that
+-- metadata.aggregateChecksum (the sha256 of checksums.txt) covers the engine, the
+-- architectures and every byte of distro.yaml except the aggregate's own value, which
+-- distro.yaml carries as PLACEHOLDER when it is hashed. A Go-tool package has no record:
+-- its distro.yaml is covered by nothing (docs/packages.md).
+M.INTEGRITY = "cargoship-integrity.txt"
+M.PLACEHOLDER = string.rep("0", 64)
+local RECORD_HEAD = "cargoship package integrity 1"
+
+-- The architectures a package targets (see the top of this file).
+function M.architectures(doc)
+  return list_of(field(doc, "build", "architectures")) or list_of(field(doc, "build", "architecture"))
+    or list_of(field(doc, "metadata", "architectures")) or list_of(field(doc, "metadata", "architecture"))
+    or { "amd64" }
+end
+
+local function claims(doc)
+  return { type = tostring(field(doc, "spec", "type")), version = tostring(field(doc, "spec", "version")),
+           architectures = table.concat(M.architectures(doc), " ") }
+end
+
+-- The record's text for doc, whose distro.yaml (aggregate = PLACEHOLDER) hashes to digest.
+function M.integrity_record(doc, digest)
+  local c = claims(doc)
+  return string.format("%s\ntype %s\nversion %s\narchitectures %s\ndistro.yaml %s\n",
+    RECORD_HEAD, c.type, c.version, c.architectures, digest)
+end
+
+-- distro.yaml's bytes, the engine and the architectures against the record -> true | nil, why
+local function check_record(dir, doc, aggregate)
+  local rec = read_bytes(dir .. "/" .. M.INTEGRITY) or ""
+  local head, rest = rec:match("^([^\n]*)\n(.*)$")
+  if head ~= RECORD_HEAD then
+    return nil, string.format("%s: not a cargoship integrity record (first line %q)", M.INTEGRITY, head or rec)
+  end
+  local got = {}
+  for k, v in (rest or ""):gmatch("([^ \n]+) ([^\n]*)\n") do got[k] = v end
+  local text = read_bytes(dir .. "/distro.yaml") or ""
+  local blanked, n = text:gsub(aggregate, M.PLACEHOLDER)
+  if n ~= 1 then
+    return nil, string.format("distro.yaml: metadata.aggregateChecksum %s appears %d times in the bytes (1 expected)",
+      aggregate, n)
+  end
+  local digest = util.sha256(blanked)
+  if got["distro.yaml"] ~= digest then
+    return nil, string.format("distro.yaml: sha256 %s (aggregate blanked), %s says %s: distro.yaml was altered "
+      .. "after the build", digest, M.INTEGRITY, tostring(got["distro.yaml"]))
+  end
+  local c = claims(doc)
+  for _, k in ipairs({ "type", "version", "architectures" }) do
+    if got[k] ~= c[k] then
+      return nil, string.format("%s: %s %q, distro.yaml says %q", M.INTEGRITY, k, tostring(got[k]), c[k])
+    end
+  end
+  return true
+end
+
+-- What each coverage means, in words (package verify and inspect print it).
+M.COVERAGE = {
+  full = "every file, distro.yaml, the engine and the architectures covered",
+  files = "the files covered; distro.yaml, the engine and the architectures are not (a Go-tool package)",
+}
+
+-- verify(dir, doc) -> true, coverage | nil, why
+--   coverage: "full" (a cargoship package: every byte, the engine and the architectures under
+--   the aggregate) or "files" (a Go-tool package: the files only, distro.yaml uncovered).
 function M.verify(dir, doc)
   if not doc then
     local docs, err = require("cargoship.yaml").load_file(dir .. "/distro.yaml")
@@ -172,7 +239,8 @@ function M.verify(dir, doc)
   if type(want) ~= "string" then return nil, "distro.yaml: metadata.aggregateChecksum is missing" end
   local agg = util.sha256(text)
   if agg ~= want then
-    return nil, string.format("checksums.txt: sha256 %s is not metadata.aggregateChecksum %s", agg, want)
+    return nil, string.format("checksums.txt: sha256 %s is not metadata.aggregateChecksum %s (distro.yaml): "
+      .. "one of the two was altered", agg, want)
   end
   local listed, n = {}, 0
   for line in text:gmatch("([^\n]*)\n") do
@@ -232,15 +300,27 @@ function M.verify(dir, doc)
         or "spec.config.files") .. "[" .. e.index .. "] is missing from the package" end
     end
   end
-  return true
+  -- distro.yaml itself, the engine and the architectures: through the record, when there is one
+  if not listed[M.INTEGRITY] then return true, "files" end
+  local ok, why = check_record(dir, doc, want)
+  if not ok then return nil, why end
+  return true, "full"
 end
 
--- Unpacks an archive into a fresh temp directory -> dir | nil, why
-function M.unpack(path)
+-- What unpacking one package may write (runtime/archive.c limits_t): a member's size, the
+-- total, the number of members, and unpacked:compressed past ratio_after bytes. A real
+-- package (binaries, debs, image layers) stays far inside; a hostile one is named and stopped.
+M.LIMITS = { max_member = 16 << 30, max_total = 64 << 30, max_entries = 1000000,
+             max_ratio = 100, ratio_after = 64 << 20 }
+
+-- Unpacks an archive into a fresh temp directory (under parent, default $TMPDIR or /tmp)
+-- -> dir | nil, why; on a refusal the directory and all it got are removed.
+function M.unpack(path, parent)
   local archive = require "cargoship.archive"
-  local dir = sh_lines("mktemp -d \"${TMPDIR:-/tmp}/cargoship-pkg.XXXXXX\"")[1]
+  local dir = sh_lines("mktemp -d " .. (parent and util.quote(parent .. "/cargoship-pkg.XXXXXX")
+    or "\"${TMPDIR:-/tmp}/cargoship-pkg.XXXXXX\""))[1]
   if not dir then return nil, "cannot make a temp directory" end
-  local ok, err = archive.extract(path, dir)
+  local ok, err = archive.extract(path, dir, M.LIMITS)
   if not ok then
     os.execute("rm -rf " .. util.quote(dir))
     return nil, path .. ": " .. tostring(err)
@@ -253,11 +333,12 @@ function M.release(pkg)
   if pkg and pkg.temp and pkg.dir then os.execute("rm -rf " .. util.quote(pkg.dir)) end
 end
 
-function M.read(path)
+-- read(path[, {tmpdir = parent of the unpacked archive}])
+function M.read(path, opts)
   local yaml = require "cargoship.yaml"
   local dir, temp, yaml_path
   if M.is_archive(path) then
-    local d, err = M.unpack(path)
+    local d, err = M.unpack(path, opts and opts.tmpdir)
     if not d then return nil, err end
     dir, temp, yaml_path = d, true, d .. "/distro.yaml"
   else
@@ -283,17 +364,17 @@ function M.read(path)
   local sums = io.open(dir .. "/checksums.txt", "rb")
   if sums then sums:close() end
   local built = field(d, "metadata", "aggregateChecksum") ~= nil or sums ~= nil
+  local coverage
   if built then
     local ok, why = M.verify(dir, d)
     if not ok then return fail((temp and path or dir) .. ": " .. why) end
+    coverage = why
   end
   local files, ferr = entries_of(d, built and dir or nil, "files")
   if not files then return fail(yaml_path .. ": " .. ferr) end
   local os_files, oerr = entries_of(d, built and dir or nil, "os")
   if not os_files then return fail(yaml_path .. ": " .. oerr) end
-  local arches = list_of(field(d, "build", "architectures")) or list_of(field(d, "build", "architecture"))
-    or list_of(field(d, "metadata", "architectures")) or list_of(field(d, "metadata", "architecture"))
-    or { "amd64" }
+  local arches = M.architectures(d)
   local section = field(d, "spec", "config", "engine")
   local ic = field(d, "spec", "config", "imageConfig") or {}
   -- spec.config.os: checked here, so a bad section stops apply before any host is touched
@@ -303,7 +384,7 @@ function M.read(path)
   return { type = t, version = v, architectures = arches, name = field(d, "metadata", "name"), file = yaml_path,
            engine = type(section) == "table" and section or {}, os = os_section,
            built = built, dir = dir, temp = temp or false, doc = d,
-           aggregate = field(d, "metadata", "aggregateChecksum"),
+           aggregate = field(d, "metadata", "aggregateChecksum"), coverage = coverage,
            files = files, os_files = os_files,
            images = list_of(ic.images) or {},
            image_config = { path = ic.path, compression = ic.compression or "none" },

@@ -119,7 +119,7 @@ describe("cargoship package create", function()
       if e.type == "file" then names[#names + 1] = e.name end
     end
     table.sort(names)
-    assert.same({ "checksums.txt", "distro.yaml", "files/0/blob.bin" }, names)
+    assert.same({ "cargoship-integrity.txt", "checksums.txt", "distro.yaml", "files/0/blob.bin" }, names)
     local p = assert(package.read(out))
     assert.equal(1, #p.files)
     assert.same({}, p.os_files)
@@ -258,9 +258,248 @@ describe("loading and verifying a package", function()
     local text = require("cargoship.commands.package").describe(p)
     assert.matches("engine:        rke2 1%.35%.4%-rke2r1", text)
     assert.matches("architectures: amd64", text)
+    assert.matches("checksum:      %x+ %(every file, distro%.yaml, the engine and the architectures covered%)", text)
     assert.matches("0640  /etc/pki/site%.pem %(28 bytes%)  %[every role, every arch%]  links "
       .. "/etc/pki/site%-link%.pem", text)
     assert.matches("os files, binaries %(1%):\n  0755  /usr/local/bin/rke2 %(29 bytes%)  %[package binary", text)
     assert.matches("images %(0%)", text)
+  end)
+end)
+
+-- Issue 23: one flipped bit anywhere in a package is refused, naming what was altered.
+describe("every byte of a package is covered", function()
+  local root, dir
+  before_each(function()
+    root = tmpdir()
+    dir = unpacked(root)
+  end)
+  after_each(function() os.execute("rm -rf " .. util.quote(root) .. " " .. util.quote(dir)) end)
+
+  -- flips one bit (mask) of the first byte of `needle` in the file (at its n-th byte when n is given)
+  local function flip(path, needle, mask, n)
+    local text = read(path)
+    local at = assert(text:find(needle, 1, true), needle .. " not in " .. path) + (n or 0)
+    write(path, text:sub(1, at - 1) .. string.char(text:byte(at) ~ mask) .. text:sub(at + 1))
+  end
+
+  local function refused(pattern)
+    local p, err = package.read(dir)
+    assert.is_nil(p)
+    assert.matches(pattern, err)
+    local ok, why = package.verify(dir)
+    assert.is_nil(ok)
+    assert.matches(pattern, why)
+  end
+
+  it("a fresh package verifies whole: files, distro.yaml, engine and architectures", function()
+    local ok, coverage = package.verify(dir)
+    assert.is_true(ok)
+    assert.equal("full", coverage)
+    assert.equal("full", assert(package.read(dir)).coverage)
+    assert.matches("files/1/hello%.txt", read(dir .. "/checksums.txt"))
+    assert.matches("%x+ cargoship%-integrity%.txt\n", read(dir .. "/checksums.txt"))
+    assert.equal("cargoship package integrity 1\ntype rke2\nversion 1.35.4-rke2r1\narchitectures amd64\n"
+      .. "distro.yaml " .. read(dir .. "/cargoship-integrity.txt"):match("distro%.yaml (%x+)\n") .. "\n",
+      read(dir .. "/cargoship-integrity.txt"))
+  end)
+
+  it("names distro.yaml when one bit of an install target flips (/etc/pki -> /etc/pkI)", function()
+    flip(dir .. "/distro.yaml", "/etc/pki/site.pem", 0x20, 7)
+    assert.matches("/etc/pkI/site%.pem", read(dir .. "/distro.yaml"))
+    refused("distro%.yaml: sha256 %x+ %(aggregate blanked%), cargoship%-integrity%.txt says %x+: distro%.yaml was "
+      .. "altered after the build")
+  end)
+
+  it("names distro.yaml when its architecture or engine claim is altered", function()
+    local text = read(dir .. "/distro.yaml")
+    write(dir .. "/distro.yaml", (text:gsub("amd64", "arm64")))
+    refused("distro%.yaml: sha256 %x+ %(aggregate blanked%), cargoship%-integrity%.txt says")
+    write(dir .. "/distro.yaml", text)
+    assert.is_true(package.verify(dir))
+    write(dir .. "/distro.yaml", (text:gsub("type: rke2", "type: k3s")))
+    refused("distro%.yaml: sha256 %x+ %(aggregate blanked%), cargoship%-integrity%.txt says")
+  end)
+
+  it("names the record when it is rewritten (with checksums.txt and the aggregate) to claim another arch", function()
+    local rec = read(dir .. "/cargoship-integrity.txt"):gsub("architectures amd64", "architectures arm64")
+    write(dir .. "/cargoship-integrity.txt", rec)
+    local sums = read(dir .. "/checksums.txt"):gsub("%x+ cargoship%-integrity%.txt", util.sha256(rec)
+      .. " cargoship-integrity.txt")
+    write(dir .. "/checksums.txt", sums)
+    local text = read(dir .. "/distro.yaml")
+    local old = yaml.load(text)[1].metadata.aggregateChecksum
+    write(dir .. "/distro.yaml", (text:gsub(old, util.sha256(sums))))
+    refused('cargoship%-integrity%.txt: architectures "arm64", distro%.yaml says "amd64"')
+  end)
+
+  it("names a payload file with one flipped bit", function()
+    flip(dir .. "/os/0/rke2", "stand-in", 0x01)
+    refused("os/0/rke2: sha256 %x+, checksums%.txt says " .. util.sha256(BIN))
+  end)
+
+  it("names checksums.txt with one flipped bit", function()
+    flip(dir .. "/checksums.txt", " files/0/site.pem", 0x01, -1)
+    refused("checksums%.txt: sha256 %x+ is not metadata%.aggregateChecksum %x+ %(distro%.yaml%): one of the two was "
+      .. "altered")
+  end)
+
+  it("names the aggregate with one flipped bit", function()
+    -- a digit's low bit: still hex, so the schema check passes and the aggregate check speaks
+    local agg = yaml.load(read(dir .. "/distro.yaml"))[1].metadata.aggregateChecksum
+    flip(dir .. "/distro.yaml", agg, 0x01, agg:find("%d") - 1)
+    refused("checksums%.txt: sha256 %x+ is not metadata%.aggregateChecksum %S+ %(distro%.yaml%)")
+  end)
+
+  it("names the integrity record with one flipped bit", function()
+    flip(dir .. "/cargoship-integrity.txt", "architectures", 0x01)
+    refused("cargoship%-integrity%.txt: sha256 %x+, checksums%.txt says %x+")
+  end)
+
+  it("refuses, or reads unchanged, an archive with one bit flipped anywhere (a sweep of offsets)", function()
+    source_dir(root)
+    write(root .. "/src/distro.yaml", (read(root .. "/src/distro.yaml"):gsub("architecture: amd64}",
+      "architecture: amd64, uncompressed: true}")))
+    local out = assert(rebuild(root))
+    local good = assert(package.read(out))
+    local want = read(good.dir .. "/checksums.txt") .. read(good.dir .. "/distro.yaml")
+    package.release(good)
+    local bytes = read(out)
+    -- every 13th byte that is not zero (headers and contents; zero blocks are padding), bit by bit
+    local tried, refused_n = 0, 0
+    for at = 1, #bytes do
+      if bytes:byte(at) ~= 0 and at % 13 == 0 then
+        local mask = 1 << (tried % 8)
+        tried = tried + 1
+        local bad = root .. "/flipped.tar"
+        write(bad, bytes:sub(1, at - 1) .. string.char(bytes:byte(at) ~ mask) .. bytes:sub(at + 1))
+        local p = package.read(bad)
+        if p then
+          -- read: then nothing cargoship uses changed (an unused header field, tar's checksum silent on it)
+          assert.equal(want, read(p.dir .. "/checksums.txt") .. read(p.dir .. "/distro.yaml"), "byte " .. at)
+          assert.is_true(package.verify(p.dir))
+          package.release(p)
+        else
+          refused_n = refused_n + 1
+        end
+      end
+    end
+    assert.is_true(tried > 100, tostring(tried))
+    assert.is_true(refused_n > tried * 0.9, refused_n .. " of " .. tried .. " refused")
+  end)
+
+  it("gives an arm64 and an amd64 package of the same files different aggregates", function()
+    local amd = assert(package.read(root .. "/cargoship-demo-amd64-1.35.4-rke2r1.tar.zst"))
+    source_dir(root)
+    write(root .. "/src/distro.yaml", (read(root .. "/src/distro.yaml"):gsub("architecture: amd64",
+      "architecture: arm64")))
+    local arm = assert(package.read(assert(build.create(root .. "/src", { out = root, now = 0,
+      file_overrides = { "https://example.invalid=" .. root .. "/mirror" } }))))
+    assert.same({ "arm64" }, arm.architectures)
+    assert.equal(read(amd.dir .. "/files/0/site.pem"), read(arm.dir .. "/files/0/site.pem"))
+    assert.equal(read(amd.dir .. "/os/0/rke2"), read(arm.dir .. "/os/0/rke2"))
+    assert.are_not.equal(amd.aggregate, arm.aggregate)
+    package.release(amd)
+    package.release(arm)
+  end)
+
+  it("still reads and verifies a Go-tool package (no record): its files covered, distro.yaml not", function()
+    local go = root .. "/go"
+    write(go .. "/files/0/blob.bin", "payload\n")
+    local sums = util.sha256("payload\n") .. " files/0/blob.bin\n"
+    write(go .. "/checksums.txt", sums)
+    write(go .. "/distro.yaml",
+      files_only_yaml(", aggregateChecksum: " .. util.sha256(sums), "build: {architectures: [amd64]}\n"))
+    local ok, coverage = package.verify(go)
+    assert.is_true(ok)
+    assert.equal("files", coverage)
+    local p = assert(package.read(go))
+    assert.equal("files", p.coverage)
+    assert.equal(util.sha256(sums), p.aggregate)
+    write(go .. "/files/0/blob.bin", "paylaod\n")
+    local none, why = package.read(go)
+    assert.is_nil(none)
+    assert.matches("files/0/blob%.bin: sha256 %x+, checksums%.txt says", why)
+  end)
+end)
+
+-- Issue 23: reading a hostile package archive refuses it, naming the member, and writes
+-- nothing outside its own temp directory (removed on refusal: the parent stays empty).
+describe("reading a hostile package archive", function()
+  local root, parent
+  before_each(function()
+    root = tmpdir()
+    parent = root .. "/tmp"
+    os.execute("mkdir " .. util.quote(parent))
+  end)
+  after_each(function() os.execute("rm -rf " .. util.quote(root)) end)
+
+  local function listing(d)
+    local p = assert(io.popen("find " .. util.quote(d) .. " -mindepth 1"))
+    local out = p:read("a")
+    p:close()
+    return out
+  end
+
+  -- a .tar.zst of a valid distro.yaml, then one member made by Python's tarfile (kind, name, link)
+  local function archive_with(kind, name, link)
+    write(root .. "/src/distro.yaml", files_only_yaml("", ""))
+    local script = [==[
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w") as t:
+    t.add(sys.argv[2], "distro.yaml")
+    ti = tarfile.TarInfo(sys.argv[4])
+    ti.type = {"file": tarfile.REGTYPE, "symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE,
+               "fifo": tarfile.FIFOTYPE}[sys.argv[3]]
+    ti.linkname = sys.argv[5]
+    data = b"owned\n" if sys.argv[3] == "file" else b""
+    ti.size = len(data)
+    t.addfile(ti, io.BytesIO(data))
+]==]
+    local out = root .. "/hostile.tar"
+    assert(os.execute("python3 -c " .. util.quote(script) .. " " .. util.quote(out) .. " "
+      .. util.quote(root .. "/src/distro.yaml") .. " " .. kind .. " " .. util.quote(name) .. " "
+      .. util.quote(link or "") .. " && zstd -q --rm " .. util.quote(out)))
+    return out .. ".zst"
+  end
+
+  for _, case in ipairs({
+    { "file", "../escape", nil, "%.%./escape: extract: member path leaves the package" },
+    { "file", "files/../../../escape", nil, "files/%.%./%.%./%.%./escape: extract: member path leaves the package" },
+    { "file", "ROOT/escape", nil, "/escape: extract: member path leaves the package %(absolute or %.%.%)" }, -- absolute
+    { "symlink", "files", "..", "files: extract: a symbolic link" },
+    { "hardlink", "files/0/blob.bin", "../../escape", "files/0/blob%.bin: extract: a hard link" },
+    { "fifo", "files/0/blob.bin", nil, "files/0/blob%.bin: extract: not a regular file or directory" },
+  }) do
+    it("refuses a " .. case[1] .. " member " .. case[2] .. (case[3] and (" -> " .. case[3]) or ""), function()
+      local path = archive_with(case[1], (case[2]:gsub("ROOT", root)), case[3])
+      local p, err = package.read(path, { tmpdir = parent })
+      assert.is_nil(p)
+      assert.matches("^" .. path:gsub("%p", "%%%0") .. ": .*" .. case[4], err)
+      assert.equal("", listing(parent))
+      assert.is_nil(io.open(root .. "/escape"))
+    end)
+  end
+
+  it("stops a package whose payload unpacks past package.LIMITS, naming the member", function()
+    write(root .. "/src/blob.bin", ("\0"):rep(4 << 20))
+    write(root .. "/src/distro.yaml", files_only_yaml("", ""))
+    local out = assert(build.create(root .. "/src", { out = root }))
+    -- the defaults let a real package through (4 MiB of zeros is far below 64 MiB)
+    local p = assert(package.read(out, { tmpdir = parent }))
+    package.release(p)
+    assert.equal("", listing(parent))
+    local saved = package.LIMITS.ratio_after
+    package.LIMITS.ratio_after = 1 << 20
+    local none, err = package.read(out, { tmpdir = parent })
+    package.LIMITS.ratio_after = saved
+    assert.is_nil(none)
+    assert.matches("files/0/blob%.bin: extract: unpacks to more than 100 times its compressed size", err)
+    assert.equal("", listing(parent))
+    package.LIMITS.max_member = 1 << 20
+    none, err = package.read(out, { tmpdir = parent })
+    package.LIMITS.max_member = 16 << 30
+    assert.is_nil(none)
+    assert.matches("files/0/blob%.bin: extract: declares 4194304 bytes, more than the bound of 1048576", err)
+    assert.equal("", listing(parent))
   end)
 end)

@@ -86,6 +86,105 @@ describe("cargoship.archive", function()
     assert.is_nil(io.open(dir .. "/../escape"))
   end)
 
+  -- Hostile archives (issue 23), made here by Python's tarfile: each refused naming its member,
+  -- and nothing written outside the directory unpacked into (only `into` is ever in `dir`).
+  local MAKE = [[
+import io, sys, tarfile
+TYPES = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE,
+         "char": tarfile.CHRTYPE, "block": tarfile.BLKTYPE, "fifo": tarfile.FIFOTYPE}
+out = open(sys.argv[1], "wb")
+for spec in sys.argv[2:]:
+    kind, name, arg = (spec.split(":", 2) + [""])[:3]
+    ti = tarfile.TarInfo(name)
+    ti.type = TYPES[kind]
+    data = b""
+    if kind == "file": data = arg.encode()
+    elif kind in ("symlink", "hardlink"): ti.linkname = arg
+    elif kind in ("char", "block"): ti.devmajor, ti.devminor = 1, 3
+    ti.size = len(data)
+    if kind == "file" and arg.startswith("declare="):  # a header only, declaring a size
+        ti.size, data = int(arg[8:]), None
+    out.write(ti.tobuf(tarfile.GNU_FORMAT))
+    if data: out.write(data + b"\0" * (-len(data) % 512))
+if data is not None: out.write(b"\0" * 1024)
+]]
+
+  local function hostile(name, ...)
+    local args = { util.quote(MAKE), util.quote(dir .. "/" .. name) }
+    for _, m in ipairs({ ... }) do args[#args + 1] = util.quote((m:gsub("DIR", dir))) end
+    local out, ok = sh("python3 -c " .. table.concat(args, " "))
+    assert(ok, out)
+    return dir .. "/" .. name
+  end
+
+  -- extracts into dir/into -> nil, err (asserted refused); and dir holds only the archives and `into`
+  local function refused(tarball, pattern, limits)
+    local into = dir .. "/into"
+    os.execute("rm -rf " .. util.quote(into) .. " && mkdir " .. util.quote(into))
+    local ok, err = archive.extract(tarball, into, limits)
+    assert.is_nil(ok, tarball)
+    assert.matches(pattern, err)
+    local left = sh("cd " .. util.quote(dir) .. " && find . -mindepth 1 -not -name '*.tar*' -not -path './into*'")
+    assert.equal("", left)
+    assert.is_nil(io.open("/tmp/cargoship-escape"))
+    return err
+  end
+
+  it("refuses members leaving the tree: absolute, '..' at any depth, links out, naming each", function()
+    refused(hostile("abs.tar", "file:DIR/escape:x"), "^" .. dir:gsub("%p", "%%%0")
+      .. "/escape: extract: member path leaves the package %(absolute or %.%.%)")
+    refused(hostile("dots.tar", "file:ok:fine", "file:a/../../escape:x"),
+      "^a/%.%./%.%./escape: extract: member path leaves the package")
+    refused(hostile("deep.tar", "dir:a/", "file:a/b/../../../../../tmp/cargoship-escape:x"),
+      "^a/b/%.%./%.%./%.%./%.%./%.%./tmp/cargoship%-escape: extract: member path leaves")
+    refused(hostile("sym.tar", "symlink:up:..", "file:up/escape:x"), "^up: extract: a symbolic link")
+    refused(hostile("symabs.tar", "symlink:etc:/etc", "file:etc/cargoship-escape:x"), "^etc: extract: a symbolic link")
+    refused(hostile("hard.tar", "hardlink:hl:../escape"), "^hl: extract: a hard link")
+    refused(hostile("hardin.tar", "file:f:x", "hardlink:hl:/etc/passwd"), "^hl: extract: a hard link")
+  end)
+
+  it("refuses devices and fifos, naming each", function()
+    refused(hostile("char.tar", "char:null"), "^null: extract: not a regular file or directory")
+    refused(hostile("block.tar", "block:sda"), "^sda: extract: not a regular file or directory")
+    refused(hostile("fifo.tar", "fifo:pipe"), "^pipe: extract: not a regular file or directory")
+  end)
+
+  it("refuses a member declaring more than the bound, before writing a byte of it", function()
+    -- 20 GiB declared, nothing behind the header: refused on the header alone (default bound 16 GiB)
+    refused(hostile("huge.tar", "file:ok:fine", "file:huge:declare=" .. (20 << 30)),
+      "^huge: extract: declares 21474836480 bytes, more than the bound of 17179869184 for one member")
+    refused(hostile("big.tar", "file:big:" .. ("x"):rep(5000)),
+      "^big: extract: declares 5000 bytes, more than the bound of 4096 for one member", { max_member = 4096 })
+    assert.is_nil(io.open(dir .. "/into/big"))
+  end)
+
+  it("refuses an archive whose members add up past the total bound or the member count", function()
+    local t = hostile("total.tar", "file:a:" .. ("x"):rep(3000), "file:b:" .. ("y"):rep(3000))
+    refused(t, "^b: extract: would bring the unpacked total past the bound of 5000 bytes", { max_total = 5000 })
+    assert.equal(3000, #read(dir .. "/into/a"))
+    assert.is_nil(io.open(dir .. "/into/b"))
+    refused(t, "^b: extract: more than 1 members %(the bound%)", { max_entries = 1 })
+    local into = dir .. "/into"
+    os.execute("rm -rf " .. util.quote(into) .. " && mkdir " .. util.quote(into))
+    assert(archive.extract(t, into, { max_total = 6000, max_entries = 2 }))
+  end)
+
+  it("stops a compression bomb (zstd of zeros) once past the ratio bound, the member named", function()
+    -- 256 MiB of zeros: a few KiB of zstd; the default bounds stop it after 64 MiB at 100:1
+    local out, ok = sh("cd " .. util.quote(dir) .. " && truncate -s 256M zeros && tar --zstd -cf bomb.tar.zst zeros "
+      .. "&& rm zeros")
+    assert(ok, out)
+    assert.is_true(#read(dir .. "/bomb.tar.zst") < 1024 * 1024)
+    refused(dir .. "/bomb.tar.zst", "^zeros: extract: unpacks to more than 100 times its compressed size "
+      .. "%(a compression bomb%?%)", { ratio_after = 1 << 20 })
+    assert.is_true(#read(dir .. "/into/zeros") <= 2 << 20)
+    refused(dir .. "/bomb.tar.zst", "^zeros: extract: unpacks to more than 100 times its compressed size")
+    -- the same bound on one member taken out (a source's extractPath)
+    local none, err = archive.extract(dir .. "/bomb.tar.zst", dir, "zeros", dir .. "/into/one", { ratio_after = 1 })
+    assert.is_nil(none)
+    assert.matches("^zeros: extract: unpacks to more than 100 times", err)
+  end)
+
   it("reports a corrupt archive as an error, not a crash", function()
     write(dir .. "/bad.tar.zst", "\40\181\47\253garbage")
     local ok, err = archive.list(dir .. "/bad.tar.zst")
