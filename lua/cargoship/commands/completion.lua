@@ -10,8 +10,9 @@ Usage: cargoship completion bash|zsh|fish
 
 Prints a script that teaches the shell cargoship's command line: the commands (and
 their aliases), each command's options in every spelling --help shows, the words an
-option accepts (--output text|json ...), files where a file goes. It is generated from
-the same tables --help is, so it lists exactly the commands and options of this build.
+option accepts (text or json for an output format, a log level ...), files where a file
+goes. It is generated from the same tables --help is, so it lists exactly the commands
+and options of this build.
 
   bash:  source <(cargoship completion bash)        (e.g. in ~/.bashrc)
   zsh:   source <(cargoship completion zsh)         (after compinit), or save it as
