@@ -95,6 +95,33 @@ describe("cargoship completion", function()
   end)
 end)
 
+describe("the words completion offers for a command's operands", function()
+  -- an operand's `choices` are a second list beside the command's own check: each must pass it
+  it("are each accepted by the command, as a word it does not know is not", function()
+    local seen = 0
+    for _, cmd in ipairs(commands) do
+      for i, a in ipairs(cmd.arguments or {}) do
+        for _, word in ipairs(a.choices or {}) do
+          local argv = { cmd.name }
+          for j = 1, i - 1 do argv[#argv + 1] = "x" .. j end
+          argv[#argv + 1] = word
+          if cmd.arguments[i + 1] and not cmd.arguments[i + 1].optional then argv[#argv + 1] = dir .. "/missing" end
+          if cmd.name == "schema" then argv[#argv + 1] = "-o"; argv[#argv + 1] = dir .. "/schema.json" end
+          local code, _, err = support.run(argv)
+          assert.is_nil(err:find("unknown", 1, true), table.concat(argv, " ") .. ": " .. err)
+          assert.is_nil(err:find("no completion for shell", 1, true), table.concat(argv, " ") .. ": " .. err)
+          assert.is_true(code ~= 2 or cmd.name == "completion", table.concat(argv, " ") .. ": " .. err)
+          argv[i + 1] = "bogus"
+          _, _, err = support.run(argv)
+          assert.is_truthy(err:find("unknown", 1, true) or err:find("no completion", 1, true), err)
+          seen = seen + 1
+        end
+      end
+    end
+    assert.is_true(seen >= 12, "choices checked: " .. seen)
+  end)
+end)
+
 -- ---- bash ------------------------------------------------------------------------------------
 
 -- "@@1\na\nb\n@@2\n..." -> { {a = true, b = true}, {...} }
@@ -182,6 +209,9 @@ describe("cargoship completion bash, loaded into bash", function()
       { "apply", "--config", "sub" },
       { "apply", "--phases", "" },
       { "apply", "" },
+      { "package", "" },
+      { "-v", "vault", "re" },
+      { "schema", "" },
     }
     assert.are.same({ "json", "text" }, sorted(got[1]))
     assert.are.same({ "json" }, sorted(got[2]))
@@ -197,6 +227,9 @@ describe("cargoship completion bash, loaded into bash", function()
     assert.are.same({ "subdir" }, sorted(got[12]))
     assert.are.same({ "subdir" }, sorted(got[13]))        -- a DIR: directories only
     assert.is_true(got[14]["cases.bash"] and got[14]["subdir"] or false)
+    assert.are.same({ "create", "inspect", "verify" }, sorted(got[15]))
+    assert.are.same({ "rekey" }, sorted(got[16]))
+    assert.are.same({ "cluster", "distro", "inventory", "package" }, sorted(got[17]))
   end)
 end)
 
