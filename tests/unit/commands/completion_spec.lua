@@ -303,9 +303,10 @@ end)
 -- (compadd is wrapped to record them before the builtin takes them).
 local ZSH_DRIVER = [=[
 zmodload zsh/zpty
-script=$1 line=$2 rec=$3
+script=$1 line=$2 rec=$3 fpath_dir=$4
+if [[ -n $fpath_dir ]]; then load="fpath=(${(q)fpath_dir} \$fpath)"; else load=; fi
 zpty -b z zsh -f -i
-zpty -w z "PS1='%%%% '; autoload -Uz compinit; compinit -u -D; source ${(q)script}
+zpty -w z "PS1='%%%% '; $load; autoload -Uz compinit; compinit -u -D; [[ -n \"$load\" ]] || source ${(q)script}
 compadd() { local i=\${@[(i)--]}; print -rl -- \"\${(@)@[i+1,-1]}\" >> ${(q)rec}.words; builtin compadd \"\$@\" }
 dumpbuf() { print -r -- \"BUFFER:\$BUFFER\" > ${(q)rec}.buf }; zle -N dumpbuf; bindkey '^Xd' dumpbuf
 print READY"
@@ -320,13 +321,13 @@ cat $rec.buf
 exit 0
 ]=]
 
-local function zsh_complete(line)
+local function zsh_complete(line, fpath_dir)
   local driver, rec = dir .. "/drive.zsh", dir .. "/rec"
   write(driver, ZSH_DRIVER)
   os.remove(rec .. ".buf")
   os.remove(rec .. ".words")
   local out, ok = sh("cd " .. q(dir) .. " && HOME=" .. q(dir) .. " timeout 30 zsh -f " .. q(driver) .. " "
-    .. q(scripts.zsh) .. " " .. q(line) .. " " .. q(rec))
+    .. q(scripts.zsh) .. " " .. q(line) .. " " .. q(rec) .. " " .. q(fpath_dir or ""))
   assert(ok, out)
   local buffer = out:match("BUFFER:([^\n]*)")
   assert(buffer, "zsh never showed the line after Tab: " .. out)
@@ -348,6 +349,13 @@ describe("cargoship completion zsh, loaded into an interactive zsh", function()
     assert.are.equal("cargoship apply --output=json ", (zsh_complete("cargoship apply --output=j")))
     assert.are.equal("cargoship -v --log-level debug ", (zsh_complete("cargoship -v --log-level deb")))
     assert.are.equal("cargoship completion fish ", (zsh_complete("cargoship completion f")))
+  end)
+
+  it("works saved as _cargoship in a directory of $fpath, as compinit loads it", function()
+    if not has_zsh then return end
+    local fp = dir .. "/fpath"
+    os.execute("mkdir -p " .. q(fp) .. " && cp " .. q(scripts.zsh) .. " " .. q(fp .. "/_cargoship"))
+    assert.are.equal("cargoship apply --output ", (zsh_complete("cargoship apply --outp", fp)))
   end)
 
   it("offers every command word and exactly each command's --help options", function()
