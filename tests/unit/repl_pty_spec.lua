@@ -8,7 +8,7 @@ local util = require "cargoship.util"
 local q = util.quote
 local BIN = os.getenv("CARGOSHIP_BIN") or ((os.getenv("CARGOSHIP_BUILD_DIR") or "build") .. "/bin/cargoship")
 
-local work, socket = nil, "csreplpty" .. util.getpid()
+local work
 
 local function sh(cmd)
   local p = assert(io.popen(cmd .. " 2>&1"))
@@ -17,8 +17,9 @@ local function sh(cmd)
   return ok, out
 end
 
+-- the server's socket lives in the work directory, so nothing is left behind
 local function tmux(args)
-  return sh("tmux -L " .. socket .. " " .. args)
+  return sh("tmux -S " .. q(work .. "/tmux.sock") .. " " .. args)
 end
 
 local function screen()
