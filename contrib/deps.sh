@@ -16,6 +16,7 @@ PKGS=(
   age ansible                                 # secrets; the Ansible baseline of the benchmarks
   python3-jsonschema                          # a real JSON Schema validator for `cargoship schema`
   curl                                        # `cargoship sha256sum URL` fetches with it (the operator's machine)
+  zsh fish                                    # real shells for the specs of `cargoship completion zsh|fish`
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -2,8 +2,10 @@
 --
 -- A command is a module lua/cargoship/commands/<name>.lua returning
 --   name, summary, usage (synopsis and prose of its --help), options (an args.lua spec),
---   arguments (optional: list of {name=, optional=, rest=}), keeps_log (optional: a run
---   writes a log file even without --log-file), run(ctx, args) -> exit code.
+--   arguments (optional: list of {name=, optional=, rest=, choices = {words}: the words
+--   shell completion offers there}), aliases (optional: other names of the command, the Go
+--   tool's `v` for `version`), keeps_log (optional: a run writes a log file even without
+--   --log-file), run(ctx, args) -> exit code.
 -- run gets args = { positional = {...}, options = {...its own options, defaults filled} };
 -- global options are in ctx.options.
 local args = require "cargoship.cli.args"
@@ -14,7 +16,7 @@ local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
 M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault", "package", "create", "verify",
-  "sha256sum", "inventory", "schema" }
+  "sha256sum", "inventory", "schema", "completion" }
 
 M.EXIT = {
   ok = 0,
@@ -75,6 +77,13 @@ function M.load_commands()
     list[#list + 1] = cmd
     by_name[name] = cmd
   end
+  -- aliases after every name, so an alias can never shadow a command
+  for _, cmd in ipairs(list) do
+    for _, alias in ipairs(cmd.aliases or {}) do
+      assert(not by_name[alias], "command " .. cmd.name .. ": alias " .. alias .. " is taken")
+      by_name[alias] = cmd
+    end
+  end
   return list, by_name
 end
 
@@ -89,7 +98,8 @@ function M.top_help(commands)
   local width = 0
   for _, cmd in ipairs(commands) do width = math.max(width, #cmd.name) end
   for _, cmd in ipairs(commands) do
-    lines[#lines + 1] = "  " .. lines_lib.pad(cmd.name, width) .. "  " .. cmd.summary
+    local also = cmd.aliases and #cmd.aliases > 0 and (" (also " .. table.concat(cmd.aliases, ", ") .. ")") or ""
+    lines[#lines + 1] = "  " .. lines_lib.pad(cmd.name, width) .. "  " .. cmd.summary .. also
   end
   lines[#lines + 1] = ""
   lines[#lines + 1] = "Global options (before or after the command):"

@@ -8,7 +8,7 @@
 --   all, role(r)     groups that fan :run/:probe/:each out over their hosts concurrently
 --   plan()           the dry run of apply over the live hosts, as its text report
 --   readonly(flag)   writes refused (as in a dry run) or allowed; readonly() says which
---   help(), exit()   what is at hand; leave
+--   help, exit()     what is at hand (help alone or help()); leave
 -- An expression shows its values; a statement runs; an error is shown and the session
 -- goes on. docs/phases.md and `cargoship repl --help` describe it for operators.
 local loop = require "cargoship.loop"
@@ -35,8 +35,9 @@ At hand:
   plan()             what `cargoship apply` would do now (its dry run, as a report)
   readonly(true|false)  refuse writes as a dry run does, or allow them; readonly() tells
   cluster            the loaded cluster file
-  help(), exit()     this text; leave (so do Ctrl-D and, at the prompt, `exit`)
-Tab completes names, host methods and fact keys. Ctrl-C clears the line, or stops what runs.]]
+  help, exit()       this text; leave (so do Ctrl-D and, at the prompt, `exit`)
+Tab completes names, host methods and fact keys, after hosts[2] too. Ctrl-C clears the
+line, or stops what runs.]]
 
 -- ---- connecting --------------------------------------------------------------------------
 
@@ -120,7 +121,9 @@ local function make_env(s)
     if flag ~= nil then s:set_read_only(flag and true or false) end
     return s.read_only
   end
-  env.help = function() s.stdout:write(M.HELP, "\n") end
+  -- `help` alone shows the help as `help()` does: what a newcomer types first
+  env.help = setmetatable({}, { __call = function() s.stdout:write(M.HELP, "\n") end,
+    __tostring = function() return M.HELP end, __name = "help" })
   env.exit = function(code)
     s.exit_code = math.tointeger(code) or 0
     error(EXIT, 0)
@@ -217,8 +220,10 @@ function Session:flush()
   if self.stdout.flush then self.stdout:flush() end
 end
 
-function Session:completions(word)
-  return complete.candidates(self.env, word)
+-- What Tab offers for `word`; with the line and the word's 0-based start (as the line
+-- editor passes them) an indexed expression before it counts: hosts[2]:ru -> :run.
+function Session:completions(word, line, start)
+  return complete.complete(self.env, word, line, start)
 end
 
 -- Evaluates fn in a task of its own, so the first Ctrl-C stops it and not the session.
@@ -251,13 +256,14 @@ end
 -- The editor is closed (terminal restored) however the loop ends: the caller's task
 -- destructor does it when the session is cancelled.
 function Session:interactive(o)
-  local ed = o.term.editor { history = o.history, complete = function(word) return self:completions(word) end }
+  local ed = o.term.editor { history = o.history,
+    complete = function(word, line, start) return self:completions(word, line, start) end }
   loop.defer(function() ed:close() end)
   local wait = o.wait or function() loop.wait_fd(0, "r") end
   local pending
   local warned = false
   self.stdout:write("cargoship repl: ", #self.ctx.hosts, " host", #self.ctx.hosts == 1 and "" or "s",
-    "; help() shows what is at hand\n")
+    "; help shows what is at hand\n")
   while not self.done do
     self:flush()
     ed:start(pending and ">> " or self:prompt())

@@ -429,3 +429,15 @@ describe("the cargoship executable", function()
     assert.are.same({ "exit", 2 }, { how, code })
   end)
 end)
+
+describe("command aliases", function()
+  it("may not take another command's name", function()
+    local version = require "cargoship.commands.version"
+    local saved = version.aliases
+    version.aliases = { "apply" }
+    local ok, err = pcall(cli.load_commands)
+    version.aliases = saved
+    assert.is_false(ok)
+    assert.matches("alias apply is taken", err, 1, true)
+  end)
+end)

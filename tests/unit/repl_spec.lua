@@ -80,6 +80,25 @@ describe("repl.complete", function()
     assert.are.same({}, complete.candidates(env, "h1.facts.os.id.x"))
   end)
 
+  it("completes after an indexed expression, never evaluating the index", function()
+    env.hosts[2] = env.h1
+    env.hosts["ctrl-1"] = env.h1
+    assert.are.same({ "hosts[2]:run" }, complete.candidates(env, "hosts[2]:ru"))
+    assert.are.same({ 'hosts["ctrl-1"].facts' }, complete.candidates(env, 'hosts["ctrl-1"].fa'))
+    assert.are.same({ "hosts[2].facts.os.id" }, complete.candidates(env, "hosts[2].facts.os.i"))
+    assert.are.same({}, complete.candidates(env, "hosts[1+1]:ru"))
+    assert.are.same({}, complete.candidates(env, "f(x)[2]:ru"))
+    -- the line editor breaks words at brackets and quotes: the word is ":ru", the line says the rest
+    assert.are.same({ ":run" }, complete.complete(env, ":ru", "hosts[2]:ru", 8))
+    assert.are.same({ ":run" }, complete.complete(env, ":ru", "print(hosts[2]:ru", 14))
+    assert.are.same({ ".facts" }, complete.complete(env, ".fa", 'x = hosts["ctrl-1"].fa', 19))
+    assert.are.same({ ":probe", ":probes" }, complete.complete(env, ":pro", "hosts[2]:pro", 8))
+    assert.are.same({}, complete.complete(env, ":ru", "f(x)[2]:ru", 7))
+    assert.are.same({ "h1:run" }, complete.complete(env, "h1:ru", "h1:ru", 0))
+    assert.are.same({ "hosts" }, complete.complete(env, "hos", "hosts[2]:run(hos", 13))
+    env.hosts[2], env.hosts["ctrl-1"] = nil, nil
+  end)
+
   it("never calls an __index function", function()
     local called = false
     local lazy = setmetatable({}, { __index = function() called = true end })
@@ -179,11 +198,16 @@ describe("repl session", function()
     assert.are.equal(3, s.exit_code)
   end)
 
-  it("help() and plan() print", function()
+  it("help() and plan() print; help alone shows the help too", function()
     local planned = false
     local s, out = session { plan = function() planned = true end }
     eval(s, "help()")
     assert.matches("host:run(cmd)", out.text(), 1, true)
+    local ok, res = eval(s, "help")
+    assert.is_true(ok)
+    s:show(res)
+    assert.matches("^At hand:.-host:run%(cmd%).-At hand:.-host:run%(cmd%)", out.text())
+    assert.is_nil(out.text():find("function: 0x", 1, true))
     eval(s, "plan()")
     assert.is_true(planned)
   end)

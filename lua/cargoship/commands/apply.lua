@@ -86,8 +86,9 @@ M.options = {
   { long = "concurrency", short = "c", value = "N", check = args.checks.positive_int, default = 30,
     help = "work on at most N hosts at once" },
   { long = "work-concurrency", short = "w", value = "N|N%", check = M.check_work_concurrency,
-    help = "batch size of hosts whose profile sets no concurrency (N, 0 = all, or N% of the profile's "
-      .. "hosts); IN THIS BUILD checked and recorded only: the batching phases are not built" },
+    help = "batch size of the workers started together (phase 22) whose profile sets no concurrency: N, "
+      .. "0 = all, or N% of the hosts sharing the profile; each batch finishes before the next starts "
+      .. "(default: --concurrency; controllers go one at a time)" },
   { long = "config", value = "CLUSTER", check = args.checks.nonempty,
     help = "the cluster file, the Go tool's way: cargoship apply PACKAGE --config CLUSTER" },
   { long = "update-kubeconfig",

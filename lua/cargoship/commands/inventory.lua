@@ -34,7 +34,7 @@ M.options = {
   { long = "workers", value = "GROUP", check = args.checks.nonempty, help = "the workers' group" },
   { long = "output", short = "o", value = "OUT", check = args.checks.nonempty, help = "write to OUT" },
 }
-M.arguments = { { name = "ACTION" }, { name = "INVENTORY" } }
+M.arguments = { { name = "ACTION", choices = { "from-ansible" } }, { name = "INVENTORY" } }
 
 local CONTROLLER_GROUPS = { "controllers", "controller", "control_plane", "control", "masters", "master",
   "servers", "server" }

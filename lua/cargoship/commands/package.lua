@@ -40,7 +40,7 @@ M.options = {
   { long = "file-override", value = "URL-PREFIX=DIR", check = args.checks.nonempty, multiple = true,
     help = "create: read URL sources starting with URL-PREFIX from the local DIR instead" },
 }
-M.arguments = { { name = "ACTION" }, { name = "DIR|PKG" } }
+M.arguments = { { name = "ACTION", choices = { "create", "inspect", "verify" } }, { name = "DIR|PKG" } }
 
 local function fail(ctx, msg)
   ctx.stderr:write("cargoship package: ", msg, "\n")

@@ -32,7 +32,7 @@ M.options = {
   { long = "output", short = "o", value = "FILE", check = args.checks.nonempty,
     help = "write the schema to FILE instead of stdout" },
 }
-M.arguments = { { name = "KIND", optional = true } }
+M.arguments = { { name = "KIND", optional = true, choices = { "cluster", "distro", "inventory", "package" } } }
 
 -- kind (ours or the Go tool's) -> the function that builds that schema
 local KINDS = {

@@ -50,7 +50,7 @@ M.options = {
   { long = "new-vault-password-file", value = "FILE", check = args.checks.nonempty,
     help = "rekey: the new Ansible Vault password" },
 }
-M.arguments = { { name = "ACTION" }, { name = "CLUSTER" } }
+M.arguments = { { name = "ACTION", choices = { "encrypt", "decrypt", "rekey" } }, { name = "CLUSTER" } }
 
 local ACTIONS = { encrypt = true, decrypt = true, rekey = true }
 

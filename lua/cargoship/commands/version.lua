@@ -2,9 +2,11 @@
 local M = {}
 
 M.name = "version"
+M.aliases = { "v" }   -- the Go tool's
 M.summary = "print the versions of cargoship, Lua and libssh2, and where the Lua files are"
 M.usage = [[
 Usage: cargoship version [-o json]
+       cargoship v [-o json]       (the Go tool's short name)
        cargoship --version
 
 Prints "cargoship <version>", the Lua version, the libssh2 version it was linked with,

@@ -42,6 +42,17 @@ describe("version", function()
     end
   end)
 
+  it("answers to the Go tool's `v` as well, options included", function()
+    local code, out, err = support.run({ "v", "-o", "json" })
+    assert.are.equal(0, code, err)
+    assert.are.equal(version, require("cjson").decode(out).version)
+    local _, help = support.run({ "v", "--help" })
+    assert.matches("^Usage: cargoship version", help)
+    code, _, err = support.run({ "v", "x" })
+    assert.are.equal(2, code)
+    assert.matches("unexpected argument 'x'", err, 1, true)
+  end)
+
   it("takes no arguments", function()
     local code, _, err = support.run({ "version", "extra" })
     assert.are.equal(2, code)

@@ -113,7 +113,8 @@ function M.steps.wait_ready(ctx, _, a)
 end
 
 -- Hosts in batches: one group per profile (hosts without one together), each cut to the
--- profile's concurrency (else --concurrency). Order: first appearance in the config.
+-- profile's concurrency (else -w/--work-concurrency, else --concurrency: cluster-yaml.md
+-- §3.2). Order: first appearance in the config.
 function M.batches(ctx, hosts)
   local groups, order = {}, {}
   for _, h in ipairs(hosts) do
@@ -126,7 +127,7 @@ function M.batches(ctx, hosts)
     local g = groups[p]
     local prof = ctx.cluster and ctx.cluster.profiles and ctx.cluster.profiles[p]
     local size = config.resolve_concurrency(prof and prof.concurrency or { kind = "default" }, #g,
-      ctx.options and ctx.options.concurrency) or #g
+      ctx.options and (ctx.options.work_concurrency or ctx.options.concurrency)) or #g
     for i = 1, #g, size do
       local b = {}
       for j = i, math.min(i + size - 1, #g) do b[#b + 1] = g[j] end
