@@ -1,5 +1,6 @@
 -- Specs for "Checking for nodes no longer in the config": `kubectl get nodes -o json` in, unmanaged nodes out.
 local phase = require "cargoship.phases.removed_nodes"
+local context = require "cargoship.pipeline.context"
 local support = require "unit.phases.support"
 
 local NODES = support.fixture("facts/kubectl-get-nodes.json")
@@ -45,7 +46,7 @@ end
 
 describe("phase removed_nodes", function()
   it("parses a real node list with roles", function()
-    local nodes = phase.parse_nodes(NODES)
+    local nodes = context.parse_nodes(NODES)
     assert.equal(6, #nodes)
     assert.same({ name = "cp1", addresses = { "10.250.0.11", "cp1" }, role = "controller", ready = "True",
       heartbeat = "2025-11-03T10:01:12Z" }, nodes[1])
@@ -73,7 +74,7 @@ describe("phase removed_nodes", function()
   end)
 
   it("matches by config hostname and connection address too", function()
-    local nodes = phase.parse_nodes(NODES)
+    local nodes = context.parse_nodes(NODES)
     local hosts = {
       host("a", {}, { hostname = "CP1" }),
       host("b", {}, { connection = { kind = "ssh", address = "10.250.0.12" } }),

@@ -9,7 +9,6 @@
 -- (a command on the leader, retried), for the phases' action.step records.
 local config = require "cargoship.config"
 local engine = require "distros.engine"
-local loop = require "cargoship.loop"
 
 local M = {}
 
@@ -62,56 +61,29 @@ end
 
 M.steps = {}
 
--- Nodes waited for at the same time share their polls: the Ready check lists every node, so
--- one run of it on the leader answers every waiter. polls[ctx][cmd] = {lock, at, out, err,
--- code}: a waiter takes the lock and reuses the listing if it was begun after the waiter's
--- own previous one (the first time: after its wait began), else runs the check itself.
--- With 49 workers started at once, that is one kubectl a round on the leader, not 49.
-local polls = setmetatable({}, { __mode = "k" })
-
-local function poll(ctx, cmd, since)
-  local per = polls[ctx] or {}
-  polls[ctx] = per
-  local p = per[cmd]
-  if not p then p = { lock = loop.semaphore(1), at = -math.huge }; per[cmd] = p end
-  p.lock:acquire()
-  if p.at <= since then
-    local started = loop.now()
-    local ok, out, err, code = pcall(ctx.leader.probe, ctx.leader, cmd, { timeout = 30 })
-    if not ok then
-      p.lock:release()
-      error(out, 0)
-    end
-    p.at, p.out, p.err, p.code = started, out, err, code
-  end
-  p.lock:release()
-  return p.at, p.out, p.err, p.code
-end
-
 -- Polls the leader until the node is Ready; the leader itself may still be starting its API.
+-- Nodes waited for at the same time share the leader's listing (ctx:leader_listing): the
+-- Ready check lists every node, so one run of it answers every waiter.
 function M.steps.wait_ready(ctx, _, a)
   local leader = ctx.leader
   local limit = a.timeout or (ctx.options and ctx.options.ready_timeout) or M.READY_TIMEOUT
-  local deadline = loop.now() + limit
-  local seen = loop.now()   -- only a listing taken after the wait began counts
-  while true do
-    local at, out, err, code = poll(ctx, a.cmd, seen)
+  local seen = ctx:now()   -- only a listing taken after the wait began counts
+  local ok, why = ctx:wait_until(function()
+    local at, out, err, code = ctx:leader_listing(a.cmd, seen)
     seen = at
     local line = out and code == 0 and ctx.engine:ready_line(out, a.node)
     if line and ctx.engine:parse_ready(line, a.after) then return true end
-    local last
-    if not out or code ~= 0 then last = out and (err ~= "" and err or out) or tostring(err)
-    elseif not line then last = "not registered"
-    elseif a.after and ctx.engine:parse_ready(line) then
-      last = "no heartbeat from its kubelet since the start (the last was " .. (line:match("%S+%s+(%S+)") or "?")
-        .. "; before the start: " .. a.after .. ")"
-    else last = "Ready is " .. (line:match("%S+") or "unknown") end
-    if loop.now() >= deadline then
-      return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
-        limit, leader.name, (tostring(last):gsub("%s+$", "")))
+    if not out or code ~= 0 then return nil, out and (err ~= "" and err or out) or tostring(err) end
+    if not line then return nil, "not registered" end
+    if a.after and ctx.engine:parse_ready(line) then
+      return nil, "no heartbeat from its kubelet since the start (the last was "
+        .. (line:match("%S+%s+(%S+)") or "?") .. "; before the start: " .. a.after .. ")"
     end
-    loop.sleep(M.READY_INTERVAL)
-  end
+    return nil, "Ready is " .. (line:match("%S+") or "unknown")
+  end, { timeout = limit, interval = M.READY_INTERVAL })
+  if ok then return true end
+  return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
+    limit, leader.name, (why:gsub("%s+$", "")))
 end
 
 -- A command on the leader (kubectl apply), retried: the API may still be settling.
@@ -121,7 +93,7 @@ function M.steps.leader_cmd(ctx, _, a)
     local out, err, code = ctx.leader:probe(a.cmd, { timeout = a.timeout or 120 })
     if out and code == 0 then return true end
     last = out and (err ~= "" and err or out) or err
-    if attempt < (a.retries or M.RETRIES) then loop.sleep(M.RETRY_INTERVAL) end
+    if attempt < (a.retries or M.RETRIES) then ctx:sleep(M.RETRY_INTERVAL) end
   end
   return nil, string.format("%s: %s failed on the leader %s: %s", a.node or "cluster", a.say, ctx.leader.name,
     (tostring(last):gsub("%s+$", "")))
