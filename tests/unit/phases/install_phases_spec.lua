@@ -9,7 +9,11 @@ local loop = require "cargoship.loop"
 local os_registry = require "cargoship.os"
 local support = require "unit.phases.support"
 
-local K3S = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {} }
+-- The package stages the k3s binary beside its target (the upload phases' binary method).
+local K3S = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {},
+              os_files = { { selector = { package = "binary" }, staged = "/dev/null", target = "/usr/local/bin/k3s",
+                             mode = "0755" } } }
+local K3S_NO_FILES = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {} }
 
 local journal = {}   -- every command of every host, in order: "cp1: systemctl start 'k3s-server'"
 
@@ -38,15 +42,16 @@ local function conn(name, rules)
   return c
 end
 
+-- o.staged: the upload phases staged the k3s binary there (the install probe finds it).
 local function host(name, role, rules, o)
   o = o or {}
+  if o.staged then table.insert(rules, 1, { ".cargoship-staged' ] && echo S1", "S1\n", 0 }) end
   local h = host_mod.new { config = { index = 1, name = name, role = role, profile = o.profile,
                                       engine = { labels = {}, taints = {} } }, dry_run = false }
   h:attach(conn(name, rules or {}))
   h.os = os_registry.by_name("debian"):new { service_manager = "systemd" }
   h.facts = { node_name = name, hostname = name, private_address = o.address or "10.253.11.1",
-              engine = { running = o.running or false, action = o.action or "install", joined = o.joined },
-              staged = o.staged }
+              engine = { running = o.running or false, action = o.action or "install", joined = o.joined } }
   return h
 end
 
@@ -87,7 +92,7 @@ local function grep(pattern)
   return out
 end
 
-local STAGED = { method = "binary", moves = { { from = "/usr/local/bin/k3s.tmp.1", to = "/usr/local/bin/k3s" } } }
+local STAGED = true
 
 before_each(function()
   journal = {}
@@ -129,7 +134,7 @@ describe("Initialize Controller", function()
     assert.is_truthy(ready.cp2_seen)
     assert.is_true(ready.cp2_seen < pos["cp3: systemctl start 'k3s-server'"])
     -- the staged binary was moved into place before the start
-    local moved = pos["cp1: mv -f -- '/usr/local/bin/k3s.tmp.1' '/usr/local/bin/k3s'"]
+    local moved = pos["cp1: mv -f -- '/usr/local/bin/k3s.cargoship-staged' '/usr/local/bin/k3s'"]
     assert.is_true(moved < pos["cp1: systemctl start 'k3s-server'"])
   end)
 
@@ -148,12 +153,12 @@ describe("Initialize Controller", function()
     assert.matches("preparing server: bad token", err, 1, true)
   end)
 
-  it("not installed and nothing staged: the install step says so, naming the host", function()
+  it("not installed and nothing staged: the plan says so, naming the host", function()
     local cp1 = host("cp1", "controller", {})
-    local ctx = context({ cp1 })
+    local ctx = context({ cp1 }, { distro = K3S_NO_FILES })
     ctx.leader = cp1
-    local ok, err = run(function() return drive(phase, ctx) end)
-    assert.is_nil(ok)
+    local ok, err = run(function() return pcall(drive, phase, ctx) end)
+    assert.is_false(ok)
     assert.matches("cp1: k3s is not installed and no engine files were staged", err, 1, true)
     assert.same({}, grep("systemctl start"))
   end)
@@ -341,7 +346,7 @@ describe("Configure engine", function()
     end)
 end)
 
-describe("kubeadm join step", function()
+describe("join step (an engine that joins by command)", function()
   local steps = require("cargoship.phases.initialize_controller").steps
   local UP = { type = "upstream", version = "1.35.3", engine = {}, manifests = {} }
   local JOIN = "kubeadm join 10.253.11.10:6443 --token abcdef.0123456789abcdef "
@@ -361,7 +366,7 @@ describe("kubeadm join step", function()
     end
     local ctx = context({ cp1, cp2 }, { distro = UP })
     ctx.leader = cp1
-    assert.is_true(run(function() return steps.kubeadm_join(ctx, cp2, {}) end))
+    assert.is_true(run(function() return steps.join(ctx, cp2, { say = "kubeadm join cp2 as a control plane" }) end))
     assert.matches("token: abcdef.0123456789abcdef", written, 1, true)
     assert.matches("certificateKey: " .. string.rep("b", 64), written, 1, true)
     assert.equal(1, #grep("cp1: kubeadm token create"))
@@ -373,7 +378,7 @@ describe("kubeadm join step", function()
     local w1 = host("w1", "worker", { { "kubeadm join", "", 0 } })
     local ctx = context({ cp1, w1 }, { distro = UP })
     ctx.leader = cp1
-    assert.is_true(run(function() return steps.kubeadm_join(ctx, w1, {}) end))
+    assert.is_true(run(function() return steps.join(ctx, w1, { say = "kubeadm join w1" }) end))
     assert.same({}, grep("upload-certs"))
   end)
 end)

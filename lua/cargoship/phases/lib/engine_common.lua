@@ -1,13 +1,12 @@
--- phases.lib.engine_common: what phases 18-22 share: who has work, the node views, waiting for Ready, batches.
+-- phases.lib.engine_common: what phases 18-25 share: who has work, the node views, waiting for Ready.
 --
 -- settled(host): the node runs the package's version (distro_facts found its service
 -- running and judged "same") and has joined (phase 6 found its node, or listed none): it
 -- has nothing to do in any install phase. up(host): running and joined, whatever version.
--- staged(host): the engine files the upload phases staged on the host (host.facts.staged,
--- distros.engine's `staged` shape), nil when none were.
+-- installs(host): the Initialize phases install the staged engine files on it (it is not
+-- up and its installed version is not the package's); "Install staged files" leaves it.
 -- steps: wait_ready (polls the leader's kubectl until the node is Ready) and leader_cmd
 -- (a command on the leader, retried), for the phases' action.step records.
-local config = require "cargoship.config"
 local engine = require "distros.engine"
 
 local M = {}
@@ -28,8 +27,9 @@ function M.up(host)
   return e ~= nil and e.running == true and e.joined ~= false
 end
 
-function M.staged(host)
-  return host.facts and host.facts.staged or nil
+function M.installs(host)
+  local e = host.facts and host.facts.engine
+  return not M.up(host) and not (e and e.action == "same")
 end
 
 function M.node(host) return engine.node_of(host) end
@@ -97,30 +97,6 @@ function M.steps.leader_cmd(ctx, _, a)
   end
   return nil, string.format("%s: %s failed on the leader %s: %s", a.node or "cluster", a.say, ctx.leader.name,
     (tostring(last):gsub("%s+$", "")))
-end
-
--- Hosts in batches: one group per profile (hosts without one together), each cut to the
--- profile's concurrency (else --concurrency). Order: first appearance in the config.
-function M.batches(ctx, hosts)
-  local groups, order = {}, {}
-  for _, h in ipairs(hosts) do
-    local p = h.config and h.config.profile or (h.config_declared and h.config_declared.profile) or ""
-    if not groups[p] then groups[p] = {}; order[#order + 1] = p end
-    table.insert(groups[p], h)
-  end
-  local out = {}
-  for _, p in ipairs(order) do
-    local g = groups[p]
-    local prof = ctx.cluster and ctx.cluster.profiles and ctx.cluster.profiles[p]
-    local size = config.resolve_concurrency(prof and prof.concurrency or { kind = "default" }, #g,
-      ctx.options and ctx.options.concurrency) or #g
-    for i = 1, #g, size do
-      local b = {}
-      for j = i, math.min(i + size - 1, #g) do b[#b + 1] = g[j] end
-      out[#out + 1] = b
-    end
-  end
-  return out
 end
 
 return M
