@@ -53,6 +53,7 @@
 --   first_start(node, cluster, {leader, running, timeout}) -> records that bring up a node
 --       not running or not joined (enable first, then start/restart or the bootstrap/join
 --       step, then wait_ready)
+--   upgrade(node, cluster, staged, os) -> drain, the engine's upgrade_node records, uncordon
 --   reset_packages(os, names) -> records removing the packages installed from staged files
 -- Engine-specific verbs (render_config, join_secret_*, upgrade, reset): see rancher.lua and
 -- upstream/init.lua. Nothing here runs anything: the host object runs what these return.
@@ -372,6 +373,17 @@ function Engine:first_start(n, cluster, o)
   if enable then table.insert(rest, 1, enable) end
   return rest
 end
+
+-- upgrade(node, cluster, staged, os) -> the node drained on the leader, the engine's own
+-- upgrade_node records on the node, the node uncordoned on the leader.
+function Engine:upgrade(n, cluster, staged, os)
+  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+  for _, a in ipairs(self:upgrade_node(n, cluster or {}, staged, os)) do out[#out + 1] = a end
+  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
+  return out
+end
+
+function Engine:upgrade_node() error(self.name .. ": upgrade_node is not defined", 2) end
 
 -- The packages installed from the staged rpm/deb files, removed through the host's manager.
 function Engine.reset_packages(_, os, names)

@@ -14,7 +14,7 @@
 --   secret_files(node, secret) -> controllers both token files, workers the agent token
 --   join_secret_read() -> cmd (on the leader);  parse_join_secret(out) -> secret | nil
 --   join_secret_write(secret) -> write actions (0600; the phase writes them where absent)
---   stop(node) -> actions;  upgrade(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
+--   stop(node) -> actions;  upgrade_node(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
 --   image_dir() -> "<data_dir>/agent/images" (the agent imports tarballs there itself)
 local action = require "cargoship.action"
 local engine = require "distros.engine"
@@ -232,14 +232,13 @@ function M:stop(n)
   }
 end
 
--- Drain and uncordon run on the leader; the rest on the node, in this order.
-function M:upgrade(n, cluster, staged, os)
-  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+-- Between the base's drain and uncordon, on the node in this order.
+function M:upgrade_node(n, cluster, staged, os)
+  local out = {}
   for _, a in ipairs(self:stop(n)) do out[#out + 1] = a end
   for _, a in ipairs(self:install(n, staged, os)) do out[#out + 1] = a end
   for _, a in ipairs(self:configure(n, cluster)) do out[#out + 1] = a end
   for _, a in ipairs(self:start(n)) do out[#out + 1] = a end
-  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
   return out
 end
 

@@ -22,7 +22,7 @@
 --   parse_join_secret(out) -> secret | nil;  join_secret_write(secret) -> {} (the secret goes
 --       into the JoinConfiguration instead of a file)
 --   image_import(files) -> one `ctr -n k8s.io images import` per file
---   upgrade(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
+--   upgrade_node(node, cluster, staged, os) -> actions (the base's upgrade drains first);  reset(node, os, names?)
 local action = require "cargoship.action"
 local engine = require "distros.engine"
 local shell = require "cargoship.shell"
@@ -356,9 +356,8 @@ function M.image_import(_, files)
   return out
 end
 
-function M:upgrade(n, cluster, staged, os)
-  cluster = cluster or {}
-  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+function M:upgrade_node(n, cluster, staged, os)
+  local out = {}
   if staged and staged.method ~= "binary" and os then
     local cmd = os:unhold_packages({ "kubeadm", "kubelet", "kubectl" })
     if cmd then out[#out + 1] = action.run { cmd = cmd } end
@@ -373,7 +372,6 @@ function M:upgrade(n, cluster, staged, os)
   end
   out[#out + 1] = action.service { verb = "restart", service = "kubelet" }
   out[#out + 1] = self:wait_ready(n)
-  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
   return out
 end
 

@@ -18,8 +18,6 @@
 --                   type, else the leader's engine; nil when neither is known
 --   engine_type     its type (one of distros.engine.TYPES), engine_running: some controller's service runs
 --   nodes           the cluster's nodes as "Checking for nodes no longer in the config" listed them
---   installed_engine {[host] = true}: hosts phases 20/22 installed the staged engine on, which
---                   "Install staged files" (25) then skips
 --   join_secret     the join tokens "Configure engine" read from the leader or made
 --                   (engine:new_secret's shape); the Initialize phases use them
 --   locks           {[host name] = lock handle} this run holds (phase 7 takes, 30 releases)
@@ -78,7 +76,6 @@ function M.new(o)
     engine_running = false,
     nodes = nil,
     join_secret = nil,
-    installed_engine = {},
     locks = {},
     lock_conflicts = {},
     validation = nil,

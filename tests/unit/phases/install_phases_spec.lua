@@ -346,6 +346,62 @@ describe("Configure engine", function()
     end)
 end)
 
+describe("Configure engine, with the context's random source pinned", function()
+  local phase = require "cargoship.phases.configure_engine"
+  local engine = require "distros.engine"
+
+  it("draws the new secret from ctx:random, nothing else", function()
+    local cp1 = host("cp1", "controller", {})
+    local ctx = context({ cp1 })
+    ctx.join_secret, ctx.leader = nil, cp1
+    local bytes = {}
+    for i = 1, 128 do bytes[i] = string.char((i * 7) % 256) end
+    local asked = {}
+    function ctx.random(_, n) asked[#asked + 1] = n; return table.concat(bytes):sub(1, n) end
+    run(function() return phase.prepare(ctx) end)
+    assert.same({ 128 }, asked)
+    local pinned = table.concat(bytes)
+    assert.same({ token = engine.token_from_bytes(pinned:sub(1, 64)),
+                  agent_token = engine.token_from_bytes(pinned:sub(65)) }, ctx.join_secret)
+  end)
+
+  it("an engine that joins by command gets no secret here, and no kubeadm document on a joining node", function()
+    local cp1 = host("cp1", "controller", {})
+    local cp2 = host("cp2", "controller", {})
+    local up = { type = "upstream", version = "1.35.3", engine = {}, manifests = {} }
+    local ctx = context({ cp1, cp2 }, { distro = up })
+    ctx.join_secret, ctx.leader = nil, cp1
+    function ctx.random() error("no secret is made for this engine") end
+    run(function() return phase.prepare(ctx) end)
+    assert.is_nil(ctx.join_secret)
+    local function written(h)
+      local out = {}
+      for _, a in ipairs(run(function() return phase.assess(ctx, h) end)) do
+        if a.kind == "write" then out[#out + 1] = a.path end
+      end
+      return table.concat(out, " ")
+    end
+    assert.matches("/etc/kubernetes/kubeadm-config.yaml", written(cp1), 1, true)
+    assert.not_matches("kubeadm-config.yaml", written(cp2), 1, true)
+    assert.matches("/etc/containerd/config.toml", written(cp2), 1, true)
+  end)
+end)
+
+describe("Apply manifests asks the engine whether it applies them itself", function()
+  local phase = require "cargoship.phases.apply_manifests"
+
+  it("an engine watching its manifests directory leaves the leader nothing to apply", function()
+    local cp1 = host("cp1", "controller", {})
+    local with = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = { "/m/a.yaml" } }
+    local ctx = context({ cp1 }, { distro = with })
+    ctx.leader = cp1
+    assert.is_true(ctx.engine.applies_manifests)
+    assert.same({}, phase.prepare(ctx))
+    ctx.engine = setmetatable({ applies_manifests = false }, { __index = ctx.engine })
+    assert.same({ cp1 }, phase.prepare(ctx))
+  end)
+end)
+
 describe("join step (an engine that joins by command)", function()
   local steps = require("cargoship.phases.initialize_controller").steps
   local UP = { type = "upstream", version = "1.35.3", engine = {}, manifests = {} }
