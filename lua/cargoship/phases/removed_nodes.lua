@@ -10,7 +10,6 @@
 -- Stores ctx.nodes (name, addresses, role, host), host.facts.node (the matched node's
 -- name: the one name drain/uncordon must use) and host.facts.engine.joined (false for a
 -- host whose engine service runs but has no node in the cluster). run returns {summary = "..."}.
-local engine = require "distros.engine"
 local network = require "cargoship.os.network"
 
 local M = {
@@ -82,15 +81,11 @@ function M.run(ctx, hosts)
     return { summary = summary }
   end
   local leader = hosts[1]
-  local e, why = ctx.engine, "no engine type known"
-  if not e then e, why = engine.load((leader.facts.engine or {}).type) end
-  local listed
-  if e then
-    ctx:each({ leader }, function()
-      listed, why = ctx:leader_nodes(e)
-      return true
-    end)
-  end
+  local listed, why
+  ctx:each({ leader }, function()
+    listed, why = ctx:leader_nodes()
+    return true
+  end)
   if not listed then
     local summary = "could not list the cluster's nodes on " .. leader.name .. ": " .. tostring(why)
     ctx.log:warn("%s; removed nodes not checked", summary)

@@ -344,10 +344,10 @@ function M.parse_nodes(text)
   return nodes
 end
 
--- ctx:leader_nodes(eng?) -> nodes (M.parse_nodes) | nil, why: the cluster's nodes as the
--- run's engine (or eng) lists them on the leader.
-function Context:leader_nodes(eng)
-  eng = eng or self.engine
+-- ctx:leader_nodes() -> nodes (M.parse_nodes) | nil, why: the cluster's nodes as the run's
+-- engine lists them on the leader.
+function Context:leader_nodes()
+  local eng = self.engine
   if not (eng and self.leader) then return nil, "no engine or no leader known" end
   local _, out, err, code = self:leader_listing(eng:get_nodes(), self:now())
   if not out then return nil, tostring(err) end

@@ -1,4 +1,4 @@
--- Specs for the house's walls around phases: no runtime module required, no engine named outside the configurers.
+-- Specs for the house's walls: phases and engines require no runtime module; no engine named outside the configurers.
 local engine = require "distros.engine"
 local util = require "cargoship.util"
 
@@ -44,6 +44,23 @@ describe("phases", function()
     end
     assert.same({}, bad)
     for what in pairs(KNOWN) do assert.is_true(known[what], what .. " no longer offends: drop it from KNOWN") end
+  end)
+end)
+
+describe("engine configurers", function()
+  it("require no runtime module (the YAML codec aside: they render files)", function()
+    local bad = {}
+    for _, path in ipairs(files("distros")) do
+      for i, l in ipairs(lines(path)) do
+        local code = l:gsub("%-%-.*$", "")
+        for _, m in ipairs(C_MODULES) do
+          if m ~= "cargoship.yaml" and code:find('require%s*%(?%s*["\']' .. m:gsub("%.", "%%.") .. '["\']') then
+            bad[#bad + 1] = path:sub(#SRC + 2) .. ":" .. i .. ": " .. m
+          end
+        end
+      end
+    end
+    assert.same({}, bad)
   end)
 end)
 

@@ -1,6 +1,7 @@
 -- Specs for "Checking for nodes no longer in the config": `kubectl get nodes -o json` in, unmanaged nodes out.
 local phase = require "cargoship.phases.removed_nodes"
 local context = require "cargoship.pipeline.context"
+local engine = require "distros.engine"
 local support = require "unit.phases.support"
 
 local NODES = support.fixture("facts/kubectl-get-nodes.json")
@@ -41,7 +42,7 @@ end
 
 local function ctx_for(hosts, options)
   return support.ctx(hosts, { options = options,
-    fields = { engine_running = true, leader = hosts[1], engine_type = "rke2" } })
+    fields = { engine_running = true, leader = hosts[1], engine_type = "rke2", engine = engine.load("rke2") } })
 end
 
 describe("phase removed_nodes", function()
