@@ -5,7 +5,16 @@
 -- Hierarchy: engine (this file) < distros.rancher < distros.rke2 / distros.k3s;
 --            engine < distros.upstream (kubeadm + containerd).
 -- Class fields: name, binary, binary_paths, version_prefix, services = {controller, worker},
---   kubeconfig, kubectl_words, data_dir, config_dir, config_path, join_port.
+--   kubeconfig, kubectl_words, data_dir, config_dir, config_path, join_port;
+--   applies_manifests   true: the engine applies the package's manifests itself (a watched
+--                       directory); false: "Apply manifests" kubectl-applies them on the leader
+--   joins_by_command    true: a node that never ran forms or joins the cluster by a command
+--                       (bootstrap_cmd on the leader, join_cmd elsewhere, "bootstrap"/"join"
+--                       steps); false: by starting its service on a config with the secret
+--   join_timeout        seconds bootstrap_cmd and join_cmd may take
+--   secret_at_configure true: "Configure engine" reads the leader's join secret (or makes one
+--                       with new_secret) and writes it on every node (secret_files)
+--   peer_ports, cluster_cidrs: the firewall's (see os/firewall*)
 --
 -- Shapes the verbs take:
 --   node    = {name (node-name: the configured hostname), role = "controller"|"worker",
@@ -37,16 +46,30 @@
 --   install(node, staged, os) -> actions   from the package's staged files
 --   image_import(files) -> actions         ({} where the engine imports from its images dir)
 --   image_dir() -> path | nil              where image tarballs are uploaded
+--   config_files(node, cluster) -> every file of the node, as the golden specs pin them
+--   static_files(node, cluster) -> the files "Configure engine" writes (default: config_files)
+--   join_files(node, cluster)   -> the files written at join time, cluster.secret fresh ({})
+--   configure(node, cluster)    -> write records of config_files
+--   policy_files(node, cluster) -> audit.yaml / pss.yaml in config_dir (controllers)
+--   secret_files(node, secret)  -> write records of the node's join secret ({})
+--   first_start(node, cluster, {leader, running, timeout}) -> records that bring up a node
+--       not running or not joined (enable first, then start/restart or the bootstrap/join
+--       step, then wait_ready)
+--   upgrade(node, cluster, staged, os) -> drain, the engine's upgrade_node records, uncordon
+--   reset_packages(os, names) -> records removing the packages installed from staged files
 -- Engine-specific verbs (render_config, join_secret_*, upgrade, reset): see rancher.lua and
 -- upstream/init.lua. Nothing here runs anything: the host object runs what these return.
 local action = require "cargoship.action"
 local shell = require "cargoship.shell"
+local yaml = require "cargoship.yaml"
 
 local M = {}
 
+-- The engine modules (distros/<type>/); the package schema takes its list from here.
 M.TYPES = { "rke2", "k3s", "upstream" }
 
-local Engine = { name = "engine" }
+local Engine = { name = "engine", applies_manifests = false, joins_by_command = false,
+                 secret_at_configure = false, join_timeout = 900 }
 Engine.__index = Engine
 
 function Engine:extend(child)
@@ -254,6 +277,84 @@ function Engine:kube(verb, n, opts)
     and (opts and opts.timeout or 300) + 60 or nil }
 end
 
+-- ---- what every configurer renders alike ----------------------------------------------
+
+-- The package's engine section (the cluster view may carry another for a spec).
+function Engine:section(cluster)
+  return (cluster or {}).engine_config or (self.package and self.package.engine) or {}
+end
+
+-- An address as a URL's host part: IPv6 in brackets.
+function M.url_host(h)
+  if h:find(":", 1, true) and not h:find("^%[") then return "[" .. h .. "]" end
+  return h
+end
+
+-- The name a node is reached by when joining it.
+function M.join_host(n)
+  return n.fqdn or n.hostname or n.private_address or n.name
+end
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+function M.base64(s)
+  return (s:gsub("..?.?", function(c)
+    local a, b, d = c:byte(1, 3)
+    local n = a * 65536 + (b or 0) * 256 + (d or 0)
+    local out = {}
+    for i = 3, 0, -1 do
+      local k = (n >> (6 * i)) & 63
+      out[#out + 1] = B64:sub(k + 1, k + 1)
+    end
+    if not b then out[3], out[4] = "=", "=" elseif not d then out[4] = "=" end
+    return table.concat(out)
+  end))
+end
+Engine.base64 = function(s) return M.base64(s) end
+
+-- Inline registry CAs live under /etc/cargoship/tls/, one file per registry host (name sanitised).
+function M.ca_path(host)
+  return "/etc/cargoship/tls/" .. host:gsub("[^%w._-]", "_") .. ".crt"
+end
+Engine.ca_path = function(host) return M.ca_path(host) end
+
+function Engine:audit_path() return self.config_dir .. "/audit.yaml" end
+function Engine:pss_path() return self.config_dir .. "/pss.yaml" end
+
+local function with_kind(body, api, kind)
+  local doc = {}
+  for k, v in pairs(body) do doc[k] = v end
+  doc.apiVersion, doc.kind = api, kind
+  return yaml.dump(doc)
+end
+
+-- Controllers only: the flags pointing at them are API server flags (distro-package.md §5).
+function Engine:policy_files(n, cluster)
+  local section, out = self:section(cluster), {}
+  if n.role ~= "controller" then return out end
+  if section.audit then
+    out[#out + 1] = { path = self:audit_path(), mode = "0600",
+                      content = with_kind(section.audit, "audit.k8s.io/v1", "Policy") }
+  end
+  if section.podSecurity then
+    out[#out + 1] = { path = self:pss_path(), mode = "0600",
+                      content = with_kind(section.podSecurity, "apiserver.config.k8s.io/v1", "AdmissionConfiguration") }
+  end
+  return out
+end
+
+function Engine.config_files() return {} end
+function Engine:static_files(n, cluster) return self:config_files(n, cluster) end
+function Engine.join_files() return {} end
+function Engine.secret_files() return {} end
+
+function Engine:configure(n, cluster)
+  local out = {}
+  for _, f in ipairs(self:config_files(n, cluster)) do
+    out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
+  end
+  return out
+end
+
 -- ---- services ------------------------------------------------------------------------
 
 function Engine:wait_ready(n)
@@ -269,6 +370,44 @@ end
 
 function Engine:stop(n)
   return { action.service { verb = "stop", service = self:service(n.role) } }
+end
+
+-- o: {leader = this node leads, running = its service runs (not joined: restart it),
+-- timeout = seconds a start may take}. Enable comes first: on runit enabling is what makes
+-- the service supervised, and `sv up` of a service runsvdir has not picked up yet fails.
+-- A notify unit's start returns once the engine is up; the engines' own units never time
+-- out (TimeoutStartSec=0), so the start gets the Ready wait's timeout.
+function Engine:first_start(n, cluster, o)
+  o = o or {}
+  local enable, rest = nil, {}
+  for _, a in ipairs(self:start(n, cluster)) do
+    if a.kind == "service" and a.verb == "start" then
+      a = action.service { verb = o.running and "restart" or "start", service = a.service, timeout = o.timeout }
+    end
+    if a.kind == "service" and a.verb == "enable" then enable = a else rest[#rest + 1] = a end
+  end
+  if enable then table.insert(rest, 1, enable) end
+  return rest
+end
+
+-- upgrade(node, cluster, staged, os) -> the node drained on the leader, the engine's own
+-- upgrade_node records on the node, the node uncordoned on the leader.
+function Engine:upgrade(n, cluster, staged, os)
+  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+  for _, a in ipairs(self:upgrade_node(n, cluster or {}, staged, os)) do out[#out + 1] = a end
+  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
+  return out
+end
+
+function Engine:upgrade_node() error(self.name .. ": upgrade_node is not defined", 2) end
+
+-- The packages installed from the staged rpm/deb files, removed through the host's manager.
+function Engine.reset_packages(_, os, names)
+  if not (names and #names > 0) then return {} end
+  if not os then error("reset: the host's OS configurer is needed to remove packages", 3) end
+  local cmd, why = os:remove_packages(names)
+  if not cmd then error("reset: " .. why, 3) end
+  return { action.run { cmd = cmd } }
 end
 
 -- ---- install from staged files ---------------------------------------------------------

@@ -8,20 +8,22 @@
 --   server_url(host) -> "https://host:<join_port>"
 --   render_config(node, cluster) -> {path, content, mode = "0600"}        config.yaml
 --   render_registries(cluster) -> {files = {{path, content, mode}..}}     registries.yaml + CA files
---   policy_files(node, cluster) -> audit.yaml / pss.yaml (controllers, when the package has them)
 --   helm_chart_configs(node, cluster) -> <data>/server/manifests/<chart>-config.yaml (controllers)
---   config_files(node, cluster) -> list of files;  configure(node, cluster) -> write actions
+--   config_files(node, cluster) -> list of files (written by the base's configure)
 --   new_secret(bytes128) -> {token, agent_token}       (bytes: 128 random bytes the caller read)
+--   secret_files(node, secret) -> controllers both token files, workers the agent token
 --   join_secret_read() -> cmd (on the leader);  parse_join_secret(out) -> secret | nil
 --   join_secret_write(secret) -> write actions (0600; the phase writes them where absent)
---   stop(node) -> actions;  upgrade(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
+--   stop(node) -> actions;  upgrade_node(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
 --   image_dir() -> "<data_dir>/agent/images" (the agent imports tarballs there itself)
 local action = require "cargoship.action"
 local engine = require "distros.engine"
 local shell = require "cargoship.shell"
 local yaml = require "cargoship.yaml"
 
-local M = engine.Engine:extend { name = "rancher" }
+-- The engine applies <data>/server/manifests itself and joins by starting its service on a
+-- config.yaml naming the token files, which "Configure engine" writes.
+local M = engine.Engine:extend { name = "rancher", applies_manifests = true, secret_at_configure = true }
 
 -- Keys a worker must not carry (distro-package.md §5): the agent refuses or ignores them.
 M.SERVER_ONLY = { "kube-apiserver-arg", "kube-controller-manager-arg", "kube-scheduler-arg", "etcd-arg",
@@ -39,13 +41,8 @@ function M:extend(child)
   return child
 end
 
-local function url_host(h)
-  if h:find(":", 1, true) and not h:find("^%[") then return "[" .. h .. "]" end
-  return h
-end
-
 function M:server_url(host)
-  return string.format("https://%s:%d", url_host(host), self.join_port)
+  return string.format("https://%s:%d", engine.url_host(host), self.join_port)
 end
 
 local function copy(t)
@@ -54,13 +51,7 @@ local function copy(t)
   return out
 end
 
-local function join_host(n)
-  return n.fqdn or n.hostname or n.private_address or n.name
-end
-
-local function engine_section(self, cluster)
-  return cluster.engine_config or (self.package and self.package.engine) or {}
-end
+local join_host = engine.join_host
 
 local function sorted_pairs_list(map)
   local keys, out = {}, {}
@@ -86,7 +77,7 @@ end
 -- config.yaml (engines.md §2.1, plus node-ip from the private address, §6.6).
 function M:render_config(n, cluster)
   cluster = cluster or {}
-  local section = engine_section(self, cluster)
+  local section = self:section(cluster)
   local cfg = copy(section.config)
   cfg["node-name"] = n.name
   cfg["data-dir"] = self.data_dir
@@ -99,8 +90,8 @@ function M:render_config(n, cluster)
     if #sans > 0 then cfg["tls-san"] = sans end
     cfg["token-file"] = self.token_path
     cfg["agent-token-file"] = self.agent_token_path
-    if section.audit then cfg["audit-policy-file"] = self.config_dir .. "/audit.yaml" end
-    if section.podSecurity then cfg["pod-security-admission-config-file"] = self.config_dir .. "/pss.yaml" end
+    if section.audit then cfg["audit-policy-file"] = self:audit_path() end
+    if section.podSecurity then cfg["pod-security-admission-config-file"] = self:pss_path() end
     local leader = cluster.leader
     if leader and leader.name ~= n.name then cfg.server = self:server_url(join_host(leader)) end
   else
@@ -114,26 +105,6 @@ function M:render_config(n, cluster)
 end
 
 -- ---- registries.yaml (engines.md §2.2) ------------------------------------------------
-
-local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-function M.base64(s)
-  return (s:gsub("..?.?", function(c)
-    local a, b, d = c:byte(1, 3)
-    local n = a * 65536 + (b or 0) * 256 + (d or 0)
-    local out = {}
-    for i = 3, 0, -1 do
-      local k = (n >> (6 * i)) & 63
-      out[#out + 1] = B64:sub(k + 1, k + 1)
-    end
-    if not b then out[3], out[4] = "=", "=" elseif not d then out[4] = "=" end
-    return table.concat(out)
-  end))
-end
-
--- Inline CAs live under /etc/cargoship/tls/, one file per registry host (name sanitised).
-function M.ca_path(host)
-  return "/etc/cargoship/tls/" .. host:gsub("[^%w._-]", "_") .. ".crt"
-end
 
 function M:render_registries(cluster)
   local mirrors, configs, files = {}, {}, {}
@@ -150,7 +121,7 @@ function M:render_registries(cluster)
     local a = r.auth
     if a then
       if a.token then c.auth = { identity_token = a.token }
-      elseif a.user and a.pass then c.auth = { auth = M.base64(a.user .. ":" .. a.pass) }
+      elseif a.user and a.pass then c.auth = { auth = engine.base64(a.user .. ":" .. a.pass) }
       else c.auth = { username = a.user, password = a.pass } end
     end
     local t = r.tls
@@ -158,7 +129,7 @@ function M:render_registries(cluster)
       local tls = { cert_file = t.cert_file, key_file = t.key_file }
       if t.ca then
         local host = r.config_host or r.name
-        tls.ca_file = M.ca_path(host)
+        tls.ca_file = engine.ca_path(host)
         files[#files + 1] = { path = tls.ca_file, content = t.ca, mode = "0600" }
       else
         tls.ca_file = t.ca_file
@@ -176,35 +147,14 @@ function M:render_registries(cluster)
   return { files = files }
 end
 
--- ---- audit, PSA and HelmChartConfig files (distro-package.md §5; engines.md §2.3) ------
-
-local function with_kind(body, api, kind)
-  local doc = copy(body)
-  doc.apiVersion, doc.kind = api, kind
-  return yaml.dump(doc)
-end
-
--- Controllers only: the flags pointing at them are server flags.
-function M:policy_files(n, cluster)
-  local section, out = engine_section(self, cluster or {}), {}
-  if n.role ~= "controller" then return out end
-  if section.audit then
-    out[#out + 1] = { path = self.config_dir .. "/audit.yaml", mode = "0600",
-                      content = with_kind(section.audit, "audit.k8s.io/v1", "Policy") }
-  end
-  if section.podSecurity then
-    out[#out + 1] = { path = self.config_dir .. "/pss.yaml", mode = "0600",
-                      content = with_kind(section.podSecurity, "apiserver.config.k8s.io/v1", "AdmissionConfiguration") }
-  end
-  return out
-end
+-- ---- HelmChartConfig files (distro-package.md §5; engines.md §2.3) ----------------------
 
 function M:manifests_dir() return self.data_dir .. "/server/manifests" end
 
 -- One HelmChartConfig per chart of engine.manifest, controllers only; a chart the config
 -- disables gets none (its helm controller is off, and a stale file is pruned by sync).
 function M:helm_chart_configs(n, cluster)
-  local section, out = engine_section(self, cluster or {}), {}
+  local section, out = self:section(cluster), {}
   if n.role ~= "controller" or type(section.manifest) ~= "table" then return out end
   local disabled = {}
   for _, d in ipairs((section.config or {}).disable or {}) do disabled[d] = true end
@@ -234,14 +184,6 @@ function M:config_files(n, cluster)
   return files
 end
 
-function M:configure(n, cluster)
-  local out = {}
-  for _, f in ipairs(self:config_files(n, cluster)) do
-    out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
-  end
-  return out
-end
-
 -- ---- join secret ---------------------------------------------------------------------
 
 function M.new_secret(_, bytes)
@@ -267,6 +209,14 @@ function M:join_secret_write(secret)
                           secret = true, say = "write the agent join token " .. self.agent_token_path } }
 end
 
+-- A controller holds both tokens (it serves both); a worker only the agent's.
+function M:secret_files(n, secret)
+  if not secret then error("no join secret: the cluster has no controller", 0) end
+  local writes = self:join_secret_write(secret)
+  if n.role == "controller" then return writes end
+  return { writes[2] }
+end
+
 -- ---- stop, upgrade, reset -------------------------------------------------------------
 
 function M:image_dir() return self.data_dir .. "/agent/images" end
@@ -282,26 +232,20 @@ function M:stop(n)
   }
 end
 
--- Drain and uncordon run on the leader; the rest on the node, in this order.
-function M:upgrade(n, cluster, staged, os)
-  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+-- Between the base's drain and uncordon, on the node in this order.
+function M:upgrade_node(n, cluster, staged, os)
+  local out = {}
   for _, a in ipairs(self:stop(n)) do out[#out + 1] = a end
   for _, a in ipairs(self:install(n, staged, os)) do out[#out + 1] = a end
   for _, a in ipairs(self:configure(n, cluster)) do out[#out + 1] = a end
   for _, a in ipairs(self:start(n)) do out[#out + 1] = a end
-  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
   return out
 end
 
 -- names: packages installed from the staged rpm/deb files (read from the staging dirs).
 function M:reset(n, os, names)
   local out = self:stop(n)
-  if names and #names > 0 then
-    if not os then error("reset: the host's OS configurer is needed to remove packages", 2) end
-    local cmd, why = os:remove_packages(names)
-    if not cmd then error("reset: " .. why, 2) end
-    out[#out + 1] = action.run { cmd = cmd }
-  end
+  for _, a in ipairs(self:reset_packages(os, names)) do out[#out + 1] = a end
   out[#out + 1] = action.remove { path = self.data_dir, recursive = true }
   out[#out + 1] = action.remove { path = self.config_dir, recursive = true }
   return out

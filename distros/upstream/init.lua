@@ -5,19 +5,24 @@
 --   render_config(node, cluster) -> {path, content, mode = "0600"}   kubeadm-config.yaml
 --       leader: ClusterConfiguration + InitConfiguration + KubeletConfiguration;
 --       others: JoinConfiguration (needs cluster.secret = {token, ca_cert_hash}) + KubeletConfiguration
---   runtime_files() -> containerd config.toml and crictl.yaml;  config_files / configure(node, cluster)
+--   runtime_files() -> containerd config.toml and crictl.yaml
+--   config_files(node, cluster) -> every file; static_files: without a joining node's
+--       kubeadm document, which join_files renders at join time with a fresh token
 --   bootstrapped_probe() -> cmd (exit 0 when bootstrapped)
+--   bootstrap_cmd() / join_cmd() -> `kubeadm init` / `kubeadm join` on the config
 --   start(node, cluster) -> actions        kubeadm init (leader) | kubeadm join | start kubelet
+--   first_start(node, cluster, o) -> enable kubelet, the "bootstrap" or "join" step, wait Ready
+--   bootstrap_secret(out) -> the leader's records saving the join secret init printed | nil, why
+--   join_secret_cmds(role) -> {{cmd, timeout, what}..} on the leader; join_secret_of(outs, role)
 --   parse_init_output(out) -> {token, ca_cert_hash, certificate_key?} | nil   (also `token create` output)
 --   token_create() -> cmd (a fresh join command: bootstrap tokens expire after 24 h)
 --   certificate_key_create() -> cmd; parse_certificate_key(out) -> hex key | nil (extra control planes)
 --   render_registries(cluster) -> {files}  containerd certs.d/<registry>/hosts.toml + CA files
---   policy_files(node, cluster) -> audit.yaml / pss.yaml on controllers
 --   join_secret_save(secret) -> write actions on the leader;  join_secret_read() -> cmd;
 --   parse_join_secret(out) -> secret | nil;  join_secret_write(secret) -> {} (the secret goes
 --       into the JoinConfiguration instead of a file)
 --   image_import(files) -> one `ctr -n k8s.io images import` per file
---   upgrade(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
+--   upgrade_node(node, cluster, staged, os) -> actions (the base's upgrade drains first);  reset(node, os, names?)
 local action = require "cargoship.action"
 local engine = require "distros.engine"
 local shell = require "cargoship.shell"
@@ -25,6 +30,7 @@ local yaml = require "cargoship.yaml"
 
 local M = engine.Engine:extend {
   name = "upstream",
+  joins_by_command = true,
   binary = "kubelet",
   binary_paths = { "/usr/bin/kubelet", "/usr/local/bin/kubelet" },
   version_prefix = "Kubernetes",     -- "Kubernetes v1.35.3"
@@ -44,15 +50,11 @@ local M = engine.Engine:extend {
 }
 
 local API = "kubeadm.k8s.io/v1beta4"
-M.AUDIT_PATH = "/etc/kubernetes/audit.yaml"
-M.PSS_PATH = "/etc/kubernetes/pss.yaml"
 
-local function endpoint(cluster)
-  local h = cluster.loadbalancer or (cluster.leader and (cluster.leader.fqdn or cluster.leader.hostname
-    or cluster.leader.private_address or cluster.leader.name))
+local function endpoint(self, cluster)
+  local h = cluster.loadbalancer or (cluster.leader and engine.join_host(cluster.leader))
   if not h then error("render_config: a loadbalancer or a leader is needed", 3) end
-  if h:find(":", 1, true) and not h:find("^%[") then h = "[" .. h .. "]" end
-  return h .. ":6443"
+  return engine.url_host(h) .. ":" .. self.join_port
 end
 
 local function is_leader(n, cluster)
@@ -81,7 +83,7 @@ local function node_registration(self, n)
 end
 
 local function cluster_configuration(self, cluster)
-  local section = cluster.engine_config or (self.package and self.package.engine) or {}
+  local section = self:section(cluster)
   local cfg = section.config or {}
   local networking = { serviceSubnet = (cfg.networking or {}).serviceSubnet or "10.96.0.0/12",
                        podSubnet = (cfg.networking or {}).podSubnet }
@@ -90,7 +92,7 @@ local function cluster_configuration(self, cluster)
   for _, c in ipairs(cluster.controllers or {}) do sans[#sans + 1] = c.fqdn or c.hostname or c.name end
   local doc = { apiVersion = API, kind = "ClusterConfiguration",
                 kubernetesVersion = "v" .. assert(self.version, "render_config: the package's version"):gsub("^v", ""),
-                controlPlaneEndpoint = endpoint(cluster), networking = networking,
+                controlPlaneEndpoint = endpoint(self, cluster), networking = networking,
                 imageRepository = cfg.imageRepository }
   local args = {}
   for _, a in ipairs((cfg.apiServer or {}).extraArgs or {}) do args[#args + 1] = a end
@@ -100,13 +102,13 @@ local function cluster_configuration(self, cluster)
     volumes[#volumes + 1] = { name = name, hostPath = path, mountPath = path, readOnly = true, pathType = "File" }
   end
   if section.audit then
-    args[#args + 1] = { name = "audit-policy-file", value = M.AUDIT_PATH }
+    args[#args + 1] = { name = "audit-policy-file", value = self:audit_path() }
     args[#args + 1] = { name = "audit-log-path", value = "-" }
-    mount("audit-policy", M.AUDIT_PATH)
+    mount("audit-policy", self:audit_path())
   end
   if section.podSecurity then
-    args[#args + 1] = { name = "admission-control-config-file", value = M.PSS_PATH }
-    mount("pod-security", M.PSS_PATH)
+    args[#args + 1] = { name = "admission-control-config-file", value = self:pss_path() }
+    mount("pod-security", self:pss_path())
   end
   doc.apiServer = { certSANs = #sans > 0 and sans or nil, extraArgs = #args > 0 and args or nil,
                     extraVolumes = #volumes > 0 and volumes or nil }
@@ -133,7 +135,7 @@ function M:render_config(n, cluster)
       error("render_config: joining needs cluster.secret = {token, ca_cert_hash} from the leader", 2)
     end
     local join = { apiVersion = API, kind = "JoinConfiguration", nodeRegistration = node_registration(self, n),
-                   discovery = { bootstrapToken = { token = s.token, apiServerEndpoint = endpoint(cluster),
+                   discovery = { bootstrapToken = { token = s.token, apiServerEndpoint = endpoint(self, cluster),
                                                     caCertHashes = { s.ca_cert_hash } } } }
     if n.role == "controller" then
       join.controlPlane = { certificateKey = s.certificate_key,
@@ -167,9 +169,8 @@ function M:runtime_files()
 end
 
 -- containerd hosts.toml per registry (engines.md §2.4); proxy.rewrite has no containerd
--- equivalent and is ignored. Inline CAs go where the Rancher family puts them.
+-- equivalent and is ignored. Inline CAs go where every engine puts them (engine.ca_path).
 function M.render_registries(_, cluster)
-  local rancher_ca = function(h) return "/etc/cargoship/tls/" .. h:gsub("[^%w._-]", "_") .. ".crt" end
   local files = {}
   for _, r in ipairs((cluster or {}).registries or {}) do
     local host = r.proxy and (r.proxy.endpoint or r.proxy.url) or ("https://" .. r.name)
@@ -181,12 +182,12 @@ function M.render_registries(_, cluster)
       lines[#lines + 1] = string.format("  header = { Authorization = %q }", "Bearer " .. a.token)
     elseif a and a.user and a.pass then
       lines[#lines + 1] = string.format("  header = { Authorization = %q }",
-        "Basic " .. require("distros.rancher").base64(a.user .. ":" .. a.pass))
+        "Basic " .. engine.base64(a.user .. ":" .. a.pass))
     end
     if t then
       local ca = t.ca_file
       if t.ca then
-        ca = rancher_ca(r.config_host or r.name)
+        ca = engine.ca_path(r.config_host or r.name)
         ca_file = { path = ca, content = t.ca, mode = "0600" }
       end
       if ca then lines[#lines + 1] = string.format("  ca = %q", ca) end
@@ -202,45 +203,46 @@ function M.render_registries(_, cluster)
   return { files = files }
 end
 
--- The policy files every control plane mounts (distro-package.md §5).
-function M:policy_files(n, cluster)
-  local section = (cluster or {}).engine_config or (self.package and self.package.engine) or {}
-  local out = {}
-  if n.role ~= "controller" then return out end
-  local function doc(body, api, kind)
-    local d = {}
-    for k, v in pairs(body) do d[k] = v end
-    d.apiVersion, d.kind = api, kind
-    return yaml.dump(d)
-  end
-  if section.audit then
-    out[#out + 1] = { path = M.AUDIT_PATH, mode = "0600", content = doc(section.audit, "audit.k8s.io/v1", "Policy") }
-  end
-  if section.podSecurity then
-    out[#out + 1] = { path = M.PSS_PATH, mode = "0600",
-                      content = doc(section.podSecurity, "apiserver.config.k8s.io/v1", "AdmissionConfiguration") }
-  end
-  return out
-end
-
-function M:config_files(n, cluster)
-  cluster = cluster or {}
-  local files = { self:render_config(n, cluster) }
+-- The files of every node bar the kubeadm document: containerd's, the registries', the policies.
+local function node_files(self, n, cluster)
+  local files = {}
   for _, f in ipairs(self:runtime_files()) do files[#files + 1] = f end
   for _, f in ipairs(self:render_registries(cluster).files) do files[#files + 1] = f end
   for _, f in ipairs(self:policy_files(n, cluster)) do files[#files + 1] = f end
   return files
 end
 
-function M:configure(n, cluster)
-  local out = {}
-  for _, f in ipairs(self:config_files(n, cluster)) do
-    out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
-  end
-  return out
+function M:config_files(n, cluster)
+  cluster = cluster or {}
+  local files = { self:render_config(n, cluster) }
+  for _, f in ipairs(node_files(self, n, cluster)) do files[#files + 1] = f end
+  return files
+end
+
+-- A joining node's JoinConfiguration needs a token created on the leader at join time
+-- (bootstrap tokens expire), so "Configure engine" writes it no kubeadm document.
+function M:static_files(n, cluster)
+  cluster = cluster or {}
+  if is_leader(n, cluster) then return self:config_files(n, cluster) end
+  return node_files(self, n, cluster)
+end
+
+function M:join_files(n, cluster)
+  cluster = cluster or {}
+  if is_leader(n, cluster) then return {} end
+  return { self:render_config(n, cluster) }
 end
 
 function M:bootstrapped_probe() return shell.fmt("test -e %s", self.bootstrapped_marker) end
+
+-- The one spelling of the commands that form and join the cluster.
+function M:bootstrap_cmd() return shell.fmt("kubeadm init --config %s --upload-certs", self.config_path) end
+function M:join_cmd() return shell.fmt("kubeadm join --config %s", self.config_path) end
+
+local function bootstrap_say(n) return "kubeadm init on " .. n.name end
+local function join_say(n)
+  return "kubeadm join " .. n.name .. (n.role == "controller" and " as a control plane" or "")
+end
 
 -- kubeadm starts the control plane itself; the kubelet service only has to be enabled.
 function M:start(n, cluster)
@@ -249,14 +251,53 @@ function M:start(n, cluster)
   if n.bootstrapped then
     out[#out + 1] = action.service { verb = "start", service = "kubelet" }
   elseif is_leader(n, cluster) then
-    out[#out + 1] = action.run { cmd = shell.fmt("kubeadm init --config %s --upload-certs", self.config_path),
-                                 timeout = 900, secret = true, say = "kubeadm init on " .. n.name }
+    out[#out + 1] = action.run { cmd = self:bootstrap_cmd(), timeout = self.join_timeout, secret = true,
+                                 say = bootstrap_say(n) }
   else
-    out[#out + 1] = action.run { cmd = shell.fmt("kubeadm join --config %s", self.config_path), timeout = 900,
-                                 say = "kubeadm join " .. n.name }
+    out[#out + 1] = action.run { cmd = self:join_cmd(), timeout = self.join_timeout, say = join_say(n) }
   end
   out[#out + 1] = self:wait_ready(n)
   return out
+end
+
+-- A node kubeadm never set up: the phase's "bootstrap" step (init, then the join secret
+-- saved on the leader) or "join" step (a fresh secret from the leader, the JoinConfiguration,
+-- kubeadm join); one already set up only starts its kubelet.
+function M:first_start(n, cluster, o)
+  if n.bootstrapped then return engine.Engine.first_start(self, n, cluster, o) end
+  local lead = (o or {}).leader
+  if lead == nil then lead = is_leader(n, cluster or {}) end
+  return { action.service { verb = "enable", service = self:service(n.role) },
+           action.step { name = lead and "bootstrap" or "join", say = lead and bootstrap_say(n) or join_say(n) },
+           self:wait_ready(n) }
+end
+
+-- bootstrap_cmd's output -> the records saving the join secret on the leader | nil, why
+function M:bootstrap_secret(out)
+  local secret = self:parse_init_output(out)
+  if not secret then return nil, "kubeadm init printed no join command" end
+  return self:join_secret_save(secret)
+end
+
+-- What the leader runs for a node about to join: a fresh token, and for a control plane a
+-- fresh certificate key (the one `init --upload-certs` printed expires after two hours).
+function M:join_secret_cmds(role)
+  local cmds = { { cmd = self.token_create(), timeout = 120, what = "a join token" } }
+  if role == "controller" then
+    cmds[2] = { cmd = self.certificate_key_create(), timeout = 300, what = "a certificate key" }
+  end
+  return cmds
+end
+
+-- outs: join_secret_cmds' outputs in order -> secret | nil, why
+function M:join_secret_of(outs, role)
+  local secret = self:parse_init_output(outs[1])
+  if not secret then return nil, "printed no join command" end
+  if role == "controller" then
+    secret.certificate_key = self:parse_certificate_key(outs[2])
+    if not secret.certificate_key then return nil, "printed no certificate key" end
+  end
+  return secret
 end
 
 -- From `kubeadm init` (or `kubeadm token create --print-join-command`) output.
@@ -315,9 +356,8 @@ function M.image_import(_, files)
   return out
 end
 
-function M:upgrade(n, cluster, staged, os)
-  cluster = cluster or {}
-  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+function M:upgrade_node(n, cluster, staged, os)
+  local out = {}
   if staged and staged.method ~= "binary" and os then
     local cmd = os:unhold_packages({ "kubeadm", "kubelet", "kubectl" })
     if cmd then out[#out + 1] = action.run { cmd = cmd } end
@@ -332,7 +372,6 @@ function M:upgrade(n, cluster, staged, os)
   end
   out[#out + 1] = action.service { verb = "restart", service = "kubelet" }
   out[#out + 1] = self:wait_ready(n)
-  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
   return out
 end
 
@@ -343,12 +382,7 @@ local CLEANUP = "ip link delete cni0 2>/dev/null; ip link delete flannel.1 2>/de
 function M:reset(_, os, names)
   local out = { action.run { cmd = "kubeadm reset -f", timeout = 300 },
                 action.run { cmd = CLEANUP, say = "remove CNI links and iptables rules (best effort)" } }
-  if names and #names > 0 then
-    if not os then error("reset: the host's OS configurer is needed to remove packages", 2) end
-    local cmd, why = os:remove_packages(names)
-    if not cmd then error("reset: " .. why, 2) end
-    out[#out + 1] = action.run { cmd = cmd }
-  end
+  for _, a in ipairs(self:reset_packages(os, names)) do out[#out + 1] = a end
   for _, p in ipairs({ self.data_dir, self.config_dir, self.staging_dir }) do
     out[#out + 1] = action.remove { path = p, recursive = true }
   end

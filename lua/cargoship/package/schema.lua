@@ -15,7 +15,7 @@ local M = {}
 M.API_VERSION = "zarf.dev/v1alpha1"
 M.KIND = "ZarfDistro"
 M.ARCHES = { "amd64", "arm64", "riscv64" }
-M.ENGINES = { "rke2", "k3s", "upstream" } -- distros.engine.TYPES (a spec keeps them equal)
+M.ENGINES = require("distros.engine").TYPES -- the engine configurers' own list
 M.PACKAGES = { "rpm", "apt", "binary" }
 M.PROFILES = { "controller", "worker" }
 M.COMPRESSIONS = { "none", "gz", "zstd" }
@@ -125,7 +125,8 @@ local OS = R.object({
 }, { name = "os" })
 
 local ENGINE = R.object({
-  { "config", R.any_map({ doc = "rke2/k3s: config.yaml flags; upstream: a kubeadm ClusterConfiguration" }) },
+  { "config", R.any_map({ doc = "the engine's own configuration: its config file's flags, or its"
+    .. " ClusterConfiguration for an engine configured by one" }) },
   { "audit", R.any_map({ doc = "the body of an audit Policy" }) },
   { "podSecurity", R.any_map({ doc = "the body of an AdmissionConfiguration" }) },
   { "manifest", R.map(R.any_of({ R.string(), R.any_map() }), { doc = "chart name -> Helm values" }) },
@@ -174,7 +175,7 @@ local METADATA = R.object({
   { "uncompressed", R.boolean() },
   { "annotations", STRING_MAP },
   { "url", STRING }, { "documentation", STRING }, { "source", STRING }, { "vendor", STRING },
-  { "athors", STRING }, -- sic: upstream's key
+  { "athors", STRING }, -- sic: the key as Zarf spells it
   { "aggregateChecksum", SHA256 },
 }, { name = "metadata" })
 

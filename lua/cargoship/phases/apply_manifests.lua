@@ -15,7 +15,7 @@ local M = {
 }
 
 local function manifests(ctx)
-  if not (ctx.engine and ctx.engine.name == "upstream" and ctx.distro) then return {} end
+  if not (ctx.engine and not ctx.engine.applies_manifests and ctx.distro) then return {} end
   return ctx.distro.manifests or {}
 end
 

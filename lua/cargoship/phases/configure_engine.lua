@@ -2,13 +2,11 @@
 --
 -- A node running the package's version has nothing to do (engine_common.settled): config
 -- drift on running nodes is the sync phases' business (engines.md §5.4). Elsewhere every file
--- of engine:config_files(node, cluster) is one write record (skipped by host:apply when
--- the host already has it). Rancher family: the join secret is the leader's token files when
--- it has them, else a new one (64 random characters each); controllers get both token files,
--- workers the agent token only. Upstream: a node other than the leader gets its
--- JoinConfiguration at join time (Initialize phases), with a token created then, since
--- bootstrap tokens expire; here it gets the containerd, registry and policy files.
--- Sets ctx.join_secret (rancher: {token, agent_token}; upstream: nil).
+-- of engine:static_files(node, cluster) is one write record (skipped by host:apply when
+-- the host already has it); files an engine writes at join time (join_files) are the
+-- Initialize phases'. An engine with secret_at_configure gets the join secret here: the
+-- leader's when it has one, else a new one (engine:new_secret over ctx:random bytes),
+-- written on each node as engine:secret_files says. Sets ctx.join_secret (nil otherwise).
 local action = require "cargoship.action"
 local common = require "cargoship.phases.lib.engine_common"
 local shell = require "cargoship.shell"
@@ -20,7 +18,7 @@ local M = {
   creates = { "engine_config" },
 }
 
-local function rancher(eng) return eng.agent_token_path ~= nil end
+M.SECRET_BYTES = 128
 
 -- Reads the leader's join secret once (a read; a new secret is made here, not written).
 function M.prepare(ctx)
@@ -30,14 +28,9 @@ function M.prepare(ctx)
   for _, h in ipairs(ctx.hosts) do
     if not common.settled(h) then work[#work + 1] = h end
   end
-  if #work > 0 and rancher(ctx.engine) and ctx.leader then
+  if #work > 0 and ctx.engine.secret_at_configure and ctx.leader then
     local out = ctx.leader:probe(ctx.engine:join_secret_read())
-    local secret = ctx.engine:parse_join_secret(out)
-    if not secret then
-      local crypto = require "cargoship.crypto"
-      secret = ctx.engine:new_secret(crypto.random(128))
-    end
-    ctx.join_secret = secret
+    ctx.join_secret = ctx.engine:parse_join_secret(out) or ctx.engine:new_secret(ctx:random(M.SECRET_BYTES))
   end
   return work
 end
@@ -45,19 +38,8 @@ end
 function M.assess(ctx, host)
   if not (ctx.engine and ctx.distro) or common.settled(host) then return {} end
   local eng, node = ctx.engine, common.node(host)
-  local cluster = common.cluster(ctx)
-  local files
-  if rancher(eng) then
-    files = eng:config_files(node, cluster)
-  else
-    files = {}
-    local leader = cluster.leader and cluster.leader.name == node.name
-    for i, f in ipairs(eng:config_files(node, leader and cluster or setmetatable(
-        { secret = { token = "-", ca_cert_hash = "-" } }, { __index = cluster }))) do
-      -- the kubeadm document of a joining node is written at join time, with a fresh token
-      if leader or i > 1 then files[#files + 1] = f end
-    end
-  end
+  local files = eng:static_files(node, common.cluster(ctx))
+  local secret = eng.secret_at_configure and eng:secret_files(node, ctx.join_secret) or {}
   -- host:apply writes beside the target: the directories must exist first
   local dirs, seen = {}, {}
   local function dir_of(path)
@@ -65,7 +47,7 @@ function M.assess(ctx, host)
     if d and d ~= "" and not seen[d] then seen[d] = true; dirs[#dirs + 1] = d end
   end
   for _, f in ipairs(files) do dir_of(f.path) end
-  if rancher(eng) then dir_of(eng.token_path) end
+  for _, a in ipairs(secret) do dir_of(a.path) end
   local out = { action.run { cmd = "mkdir -p -- " .. shell.words(table.unpack(dirs)),
                              say = "create " .. table.concat(dirs, ", ") } }
   for _, f in ipairs(files) do
@@ -76,16 +58,7 @@ function M.assess(ctx, host)
     out[#out + 1] = action.service { verb = "enable", service = svc }
     out[#out + 1] = action.service { verb = "restart", service = svc }
   end
-  if rancher(eng) then
-    local s = ctx.join_secret
-    if not s then error("no join secret: the cluster has no controller", 0) end
-    if node.role == "controller" then
-      for _, a in ipairs(eng:join_secret_write(s)) do out[#out + 1] = a end
-    else
-      out[#out + 1] = action.write { path = eng.agent_token_path, content = s.agent_token .. "\n", mode = "0600",
-                                     secret = true, say = "write the agent join token " .. eng.agent_token_path }
-    end
-  end
+  for _, a in ipairs(secret) do out[#out + 1] = a end
   return out
 end
 

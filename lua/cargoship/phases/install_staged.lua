@@ -7,13 +7,11 @@
 -- binary hosts: each <target>.cargoship-staged is moved onto its target, then its links are
 -- made. A host whose packages are installed at the staged versions and whose binaries are
 -- in place has nothing to do.
--- The Initialize/Upgrade phases (20-24) are not in this build, so no host is installed by
--- them yet and this phase handles every host; when they land, they mark the hosts they
--- installed in ctx.installed_engine and this phase skips those.
-local engine = require "distros.engine"
-local shell = require "cargoship.shell"
+-- Hosts the Initialize phases install on (engine_common.installs: their plans carry the
+-- same records) are left to them. The records: phases.lib.install.
+local common = require "cargoship.phases.lib.engine_common"
+local install = require "cargoship.phases.lib.install"
 local uploads = require "cargoship.phases.lib.uploads"
-local action = require "cargoship.action"
 
 local M = {
   id = "install_staged",
@@ -22,84 +20,19 @@ local M = {
   creates = { "engine_installed" },
 }
 
+-- The Initialize phases work only with an engine and a package (initialize.lua).
+local function initialized(ctx, h)
+  return ctx.engine ~= nil and ctx.distro ~= nil and common.installs(h)
+end
+
 function M.prepare(ctx)
   local out = {}
-  local installed = ctx.installed_engine or {}
   for _, h in ipairs(ctx.hosts) do
-    if not installed[h] and uploads.method(ctx, h) then out[#out + 1] = h end
+    if not initialized(ctx, h) and uploads.method(ctx, h) then out[#out + 1] = h end
   end
   return out
 end
 
--- Per staged package file: its name, its version, the version installed (or nothing).
-local QUERY = {
-  rpm = "n=$(rpm -qp --qf '%%{NAME}' -- %s 2>/dev/null); v=$(rpm -qp --qf '%%{VERSION}-%%{RELEASE}' -- %s"
-    .. " 2>/dev/null); h=; [ -n \"$n\" ] && h=$(rpm -q --qf '%%{VERSION}-%%{RELEASE}' -- \"$n\" 2>/dev/null);"
-    .. " printf 'P %s %%s %%s %%s\\n' \"${n:--}\" \"${v:--}\" \"${h:--}\"",
-  apt = "n=$(dpkg-deb -f %s Package 2>/dev/null); v=$(dpkg-deb -f %s Version 2>/dev/null); h=;"
-    .. " [ -n \"$n\" ] && h=$(dpkg-query -W -f='${db:Status-Status}=${Version}' \"$n\" 2>/dev/null);"
-    .. " case $h in installed=*) h=${h#installed=};; *) h=;; esac;"
-    .. " printf 'P %s %%s %%s %%s\\n' \"${n:--}\" \"${v:--}\" \"${h:--}\"",
-}
-
-local function package_actions(ctx, host, method, items)
-  local lines = {}
-  for i, it in ipairs(items) do lines[i] = shell.fmt(QUERY[method], it.path, it.path, tostring(i)) end
-  local out, err = host:probe(table.concat(lines, "\n"))
-  if not out then error(err, 0) end
-  local paths, names = {}, {}
-  for i, it in ipairs(items) do
-    local n, v, have = out:match("P " .. i .. " (%S+) (%S+) (%S+)")
-    -- a file not staged yet (a dry run before phases 15-16 ran) is to be installed
-    if not n or n == "-" or have == "-" or have ~= v then
-      paths[#paths + 1] = it.path
-      if n and n ~= "-" then names[#names + 1] = n end
-    end
-  end
-  if #paths == 0 then return {} end
-  local eng = ctx.engine or engine.for_package(ctx.distro)
-  return eng:install(engine.node_of(host), { method = method, paths = paths, names = #names > 0 and names or nil },
-    host.os)
-end
-
-local function binary_actions(ctx, host, items)
-  local lines = {}
-  for i, it in ipairs(items) do
-    lines[#lines + 1] = shell.fmt("[ -f %s ] && echo S" .. i, it.path)
-    for j, l in ipairs(it.symlinks) do
-      lines[#lines + 1] = shell.fmt("printf 'L %%s %%s\\n' %s \"$(readlink -- %s)\"", i .. ":" .. j, l)
-    end
-  end
-  lines[#lines + 1] = "true"
-  local out, err = host:probe(table.concat(lines, "\n"))
-  if not out then error(err, 0) end
-  local moves, links = {}, {}
-  for i, it in ipairs(items) do
-    if out:find("S" .. i .. "\n", 1, true) then moves[#moves + 1] = { from = it.path, to = it.final } end
-    for j, l in ipairs(it.symlinks) do
-      local have = out:match("L " .. i .. ":" .. j .. " ([^\n]*)")
-      if have ~= it.final then
-        links[#links + 1] = action.run { cmd = shell.fmt("mkdir -p -- \"$(dirname -- %s)\" && ln -sfn -- %s %s", l,
-          it.final, l), say = "link " .. l .. " -> " .. it.final }
-      end
-    end
-  end
-  local acts = {}
-  if #moves > 0 then
-    local eng = ctx.engine or engine.for_package(ctx.distro)
-    acts = eng:install(engine.node_of(host), { method = "binary", moves = moves }, host.os)
-  end
-  for _, a in ipairs(links) do acts[#acts + 1] = a end
-  return acts
-end
-
-function M.assess(ctx, host)
-  local method = uploads.method(ctx, host)
-  local items, err = uploads.items(ctx, host, "engine")
-  if not items then error(host.name .. ": " .. tostring(err), 0) end
-  if #items == 0 then return {} end
-  if method == "binary" then return binary_actions(ctx, host, items) end
-  return package_actions(ctx, host, method, items)
-end
+M.assess = install.actions
 
 return M

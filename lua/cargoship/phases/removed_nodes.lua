@@ -3,15 +3,13 @@
 -- Apply cannot remove a node (its host block, with the SSH details, is gone), and a typo
 -- must not destroy one; so a joined node that matches no host is an error, or a warning
 -- with ctx.options.allow_unmanaged_nodes. Only checked when some controller service runs;
--- nodes are listed on the leader with the engine's kubectl (`get nodes -o json`). Failing
+-- nodes are listed on the leader with the engine's kubectl (ctx:leader_nodes). Failing
 -- to list them only warns. Matching is generous and case-insensitive: node name or any
 -- node address against each host's hostname, FQDN, node name, private and connection
 -- addresses, and every global address the host has.
 -- Stores ctx.nodes (name, addresses, role, host), host.facts.node (the matched node's
 -- name: the one name drain/uncordon must use) and host.facts.engine.joined (false for a
 -- host whose engine service runs but has no node in the cluster). run returns {summary = "..."}.
-local cjson = require "cjson"
-local engine = require "distros.engine"
 local network = require "cargoship.os.network"
 
 local M = {
@@ -22,41 +20,10 @@ local M = {
   creates = { "nodes" },
 }
 
-M.CONTROLLER_ROLES = { "control-plane", "master", "etcd" }
-
 -- The leader, when some controller service runs; nothing to check otherwise.
 function M.prepare(ctx)
   if ctx.engine_running and ctx.leader then return { ctx.leader } end
   return {}
-end
-
--- `kubectl get nodes -o json` -> list of {name, addresses, role, ready = "True"|"False"|
--- "Unknown"|nil, heartbeat = the Ready condition's lastHeartbeatTime} | nil, why. Pure.
-function M.parse_nodes(text)
-  local ok, doc = pcall(cjson.decode, text or "")
-  if not ok or type(doc) ~= "table" or type(doc.items) ~= "table" then
-    return nil, "kubectl printed no node list"
-  end
-  local nodes = {}
-  for _, item in ipairs(doc.items) do
-    local md, st = item.metadata or {}, item.status or {}
-    local n = { name = md.name, addresses = {}, role = "worker" }
-    for _, c in ipairs(type(st.conditions) == "table" and st.conditions or {}) do
-      if type(c) == "table" and c.type == "Ready" then
-        n.ready = c.status
-        n.heartbeat = type(c.lastHeartbeatTime) == "string" and c.lastHeartbeatTime or nil
-      end
-    end
-    for _, a in ipairs(type(st.addresses) == "table" and st.addresses or {}) do
-      if type(a.address) == "string" then n.addresses[#n.addresses + 1] = a.address end
-    end
-    local labels = type(md.labels) == "table" and md.labels or {}
-    for _, r in ipairs(M.CONTROLLER_ROLES) do
-      if labels["node-role.kubernetes.io/" .. r] ~= nil then n.role = "controller" end
-    end
-    if type(n.name) == "string" then nodes[#nodes + 1] = n end
-  end
-  return nodes
 end
 
 local function add_key(keys, v)
@@ -114,18 +81,11 @@ function M.run(ctx, hosts)
     return { summary = summary }
   end
   local leader = hosts[1]
-  local e, why = ctx.engine, "no engine type known"
-  if not e then e, why = engine.load((leader.facts.engine or {}).type) end
-  local listed
-  if e then
-    ctx:each({ leader }, function(h)
-      local out, err, code = h:probe(e:kubectl({ "get", "nodes", "-o", "json" }))
-      if not out then why = err
-      elseif code ~= 0 then why = string.format("kubectl exited %d: %s", code, (err or ""):match("[^\n]*"))
-      else listed, why = M.parse_nodes(out) end
-      return true
-    end)
-  end
+  local listed, why
+  ctx:each({ leader }, function()
+    listed, why = ctx:leader_nodes()
+    return true
+  end)
   if not listed then
     local summary = "could not list the cluster's nodes on " .. leader.name .. ": " .. tostring(why)
     ctx.log:warn("%s; removed nodes not checked", summary)

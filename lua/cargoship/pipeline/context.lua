@@ -16,12 +16,10 @@
 --                   about the distro installed" picks the one whose service runs
 --   engine          the engine configurer of the run (distros.engine), from the package's
 --                   type, else the leader's engine; nil when neither is known
---   engine_type     its type ("rke2", "k3s", ...), engine_running: some controller's service runs
+--   engine_type     its type (one of distros.engine.TYPES), engine_running: some controller's service runs
 --   nodes           the cluster's nodes as "Checking for nodes no longer in the config" listed them
---   installed_engine {[host] = true}: hosts phases 20/22 installed the staged engine on, which
---                   "Install staged files" (25) then skips
 --   join_secret     the join tokens "Configure engine" read from the leader or made
---                   (rancher: {token, agent_token}); the Initialize phases use them
+--                   (engine:new_secret's shape); the Initialize phases use them
 --   locks           {[host name] = lock handle} this run holds (phase 7 takes, 30 releases)
 --   lock_conflicts  messages naming the other holders a lock attempt met
 --   validation      the problems "Validate hosts" found ({host =, message =})
@@ -29,6 +27,11 @@
 -- }
 -- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg), ctx:leave(host, why),
 -- ctx:planned(host), ctx:apply(host, actions): see below.
+-- Waiting and randomness are the context's, so no phase requires the runtime:
+-- ctx:now(), ctx:sleep(s), ctx:wait_until(check, {timeout, interval}), ctx:random(n),
+-- ctx:leader_listing(cmd, since) (one shared run of a listing on the leader for every
+-- waiter) and ctx:leader_nodes() (the cluster's nodes, parsed from the leader's kubectl).
+local cjson = require "cjson"
 local host_mod = require "cargoship.host"
 local loop = require "cargoship.loop"
 local pool = require "cargoship.pool"
@@ -45,8 +48,9 @@ local function default_run_id(now)
   return string.format("%s-%d", os.date("!%Y%m%dT%H%M%SZ", math.floor(now())), util.getpid())
 end
 
--- M.new{cluster =, options =, log =, dry_run =, run_id =, now =, env =, hosts =} -> ctx
--- `hosts` replaces the Host objects built from the cluster (specs hand in fakes).
+-- M.new{cluster =, options =, log =, dry_run =, run_id =, now =, env =, hosts =, random =} -> ctx
+-- `hosts` replaces the Host objects built from the cluster (specs hand in fakes); `random`
+-- (function(n) -> n bytes) replaces the CSPRNG behind ctx:random (specs pin it).
 function M.new(o)
   local options = {}
   for k, v in pairs(o.options or {}) do options[k] = v end
@@ -72,7 +76,6 @@ function M.new(o)
     engine_running = false,
     nodes = nil,
     join_secret = nil,
-    installed_engine = {},
     locks = {},
     lock_conflicts = {},
     validation = nil,
@@ -86,6 +89,8 @@ function M.new(o)
     _steps = nil,     -- the current phase's steps
     _logged = setmetatable({}, { __mode = "k" }),
     _progress = nil,
+    _random = o.random,
+    _listings = {},   -- [cmd] = {lock, at, out, err, code}: ctx:leader_listing's shared runs
   }, Context)
   if not ctx.hosts then
     ctx.hosts = {}
@@ -253,6 +258,101 @@ end
 -- terminal the phase's line reads "... done/n hosts, detail". Nothing elsewhere.
 function Context:progress(done, n, detail)
   if self._progress then self._progress(done, n, detail) end
+end
+
+-- ---- waiting and randomness (phases never require the loop or the crypto module) ------
+
+function Context.now() return loop.now() end
+
+-- ctx:sleep(seconds): this task waits; raises "cancelled" when the run is cancelled.
+function Context.sleep(_, seconds) loop.sleep(seconds) end
+
+-- ctx:wait_until(check, {timeout, interval}) -> the values of check | nil, why, "timeout"
+-- check() -> value.. when done | nil, why-not-yet; it runs at once and then every
+-- `interval` seconds (default 1) until done or `timeout` seconds (default 300) have passed;
+-- then why is check's last why-not-yet. check may raise.
+function Context:wait_until(check, o)
+  o = o or {}
+  local limit, interval = o.timeout or 300, o.interval or 1
+  local deadline = self:now() + limit
+  while true do
+    local r = table.pack(check())
+    if r[1] ~= nil and r[1] ~= false then return table.unpack(r, 1, r.n) end
+    if self:now() >= deadline then
+      return nil, r[2] == nil and "no answer" or tostring(r[2]), "timeout"
+    end
+    self:sleep(interval)
+  end
+end
+
+-- ctx:random(n) -> n random bytes (the CSPRNG, or the function M.new was given).
+function Context:random(n)
+  if self._random then return self._random(n) end
+  return require("cargoship.crypto").random(n)
+end
+
+-- ctx:leader_listing(cmd, since) -> at, out, err, code: cmd's answer on the leader, run at
+-- `at` (ctx:now()). Waiters share runs: a caller takes the listing's lock and reuses the
+-- last answer if that run began after `since` (its own previous one, or when its wait
+-- began), else runs cmd itself. With 49 workers waiting for Ready at once that is one
+-- kubectl a round on the leader, not 49.
+function Context:leader_listing(cmd, since)
+  local p = self._listings[cmd]
+  if not p then p = { lock = loop.semaphore(1), at = -math.huge }; self._listings[cmd] = p end
+  p.lock:acquire()
+  if p.at <= since then
+    local started = self:now()
+    local ok, out, err, code = pcall(self.leader.probe, self.leader, cmd, { timeout = 30 })
+    if not ok then
+      p.lock:release()
+      error(out, 0)
+    end
+    p.at, p.out, p.err, p.code = started, out, err, code
+  end
+  p.lock:release()
+  return p.at, p.out, p.err, p.code
+end
+
+M.CONTROLLER_ROLES = { "control-plane", "master", "etcd" }
+
+-- `kubectl get nodes -o json` -> list of {name, addresses, role, ready = "True"|"False"|
+-- "Unknown"|nil, heartbeat = the Ready condition's lastHeartbeatTime} | nil, why. Pure.
+function M.parse_nodes(text)
+  local ok, doc = pcall(cjson.decode, text or "")
+  if not ok or type(doc) ~= "table" or type(doc.items) ~= "table" then
+    return nil, "kubectl printed no node list"
+  end
+  local nodes = {}
+  for _, item in ipairs(doc.items) do
+    local md, st = item.metadata or {}, item.status or {}
+    local n = { name = md.name, addresses = {}, role = "worker" }
+    for _, c in ipairs(type(st.conditions) == "table" and st.conditions or {}) do
+      if type(c) == "table" and c.type == "Ready" then
+        n.ready = c.status
+        n.heartbeat = type(c.lastHeartbeatTime) == "string" and c.lastHeartbeatTime or nil
+      end
+    end
+    for _, a in ipairs(type(st.addresses) == "table" and st.addresses or {}) do
+      if type(a.address) == "string" then n.addresses[#n.addresses + 1] = a.address end
+    end
+    local labels = type(md.labels) == "table" and md.labels or {}
+    for _, r in ipairs(M.CONTROLLER_ROLES) do
+      if labels["node-role.kubernetes.io/" .. r] ~= nil then n.role = "controller" end
+    end
+    if type(n.name) == "string" then nodes[#nodes + 1] = n end
+  end
+  return nodes
+end
+
+-- ctx:leader_nodes() -> nodes (M.parse_nodes) | nil, why: the cluster's nodes as the run's
+-- engine lists them on the leader.
+function Context:leader_nodes()
+  local eng = self.engine
+  if not (eng and self.leader) then return nil, "no engine or no leader known" end
+  local _, out, err, code = self:leader_listing(eng:get_nodes(), self:now())
+  if not out then return nil, tostring(err) end
+  if code ~= 0 then return nil, string.format("kubectl exited %d: %s", code, (err or ""):match("[^\n]*")) end
+  return M.parse_nodes(out)
 end
 
 M.Context = Context

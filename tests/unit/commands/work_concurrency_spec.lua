@@ -1,5 +1,5 @@
 -- Spec of -w/--work-concurrency: what it bounds (the batches phase 22 starts workers in), as the Go tool's does.
-local common = require "cargoship.phases.lib.engine_common"
+local order = require "cargoship.phases.lib.order"
 local support = require "unit.commands.support"
 
 local function hosts(n, profile_of)
@@ -22,20 +22,20 @@ end
 describe("-w/--work-concurrency", function()
   it("sizes the worker batches of hosts whose profile sets no concurrency", function()
     local ctx = { cluster = { profiles = {} }, options = { concurrency = 30, work_concurrency = "2" } }
-    assert.same({ "w1,w2", "w3,w4", "w5" }, names(common.batches(ctx, hosts(5))))
+    assert.same({ "w1,w2", "w3,w4", "w5" }, names(order.batches(ctx, hosts(5))))
     ctx.options.work_concurrency = "50%"
-    assert.same({ "w1,w2", "w3,w4" }, names(common.batches(ctx, hosts(4))))
+    assert.same({ "w1,w2", "w3,w4" }, names(order.batches(ctx, hosts(4))))
     ctx.options.work_concurrency = "0"
-    assert.same({ "w1,w2,w3,w4,w5" }, names(common.batches(ctx, hosts(5))))
+    assert.same({ "w1,w2,w3,w4,w5" }, names(order.batches(ctx, hosts(5))))
   end)
 
   it("gives way to a profile's own concurrency, and falls back to --concurrency when not given", function()
     local ctx = { cluster = { profiles = { big = { name = "big", concurrency = { kind = "fixed", value = 3 } } } },
       options = { concurrency = 1, work_concurrency = "2" } }
     local list = hosts(5, function(i) return i <= 3 and "big" or nil end)
-    assert.same({ "w1,w2,w3", "w4,w5" }, names(common.batches(ctx, list)))
+    assert.same({ "w1,w2,w3", "w4,w5" }, names(order.batches(ctx, list)))
     ctx.options.work_concurrency = nil
-    assert.same({ "w1,w2,w3", "w4", "w5" }, names(common.batches(ctx, list)))
+    assert.same({ "w1,w2,w3", "w4", "w5" }, names(order.batches(ctx, list)))
   end)
 
   it("is said in apply --help: what it bounds, not 'recorded only'", function()

@@ -9,7 +9,11 @@ local loop = require "cargoship.loop"
 local os_registry = require "cargoship.os"
 local support = require "unit.phases.support"
 
-local K3S = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {} }
+-- The package stages the k3s binary beside its target (the upload phases' binary method).
+local K3S = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {},
+              os_files = { { selector = { package = "binary" }, staged = "/dev/null", target = "/usr/local/bin/k3s",
+                             mode = "0755" } } }
+local K3S_NO_FILES = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {} }
 
 local journal = {}   -- every command of every host, in order: "cp1: systemctl start 'k3s-server'"
 
@@ -38,15 +42,16 @@ local function conn(name, rules)
   return c
 end
 
+-- o.staged: the upload phases staged the k3s binary there (the install probe finds it).
 local function host(name, role, rules, o)
   o = o or {}
+  if o.staged then table.insert(rules, 1, { ".cargoship-staged' ] && echo S1", "S1\n", 0 }) end
   local h = host_mod.new { config = { index = 1, name = name, role = role, profile = o.profile,
                                       engine = { labels = {}, taints = {} } }, dry_run = false }
   h:attach(conn(name, rules or {}))
   h.os = os_registry.by_name("debian"):new { service_manager = "systemd" }
   h.facts = { node_name = name, hostname = name, private_address = o.address or "10.253.11.1",
-              engine = { running = o.running or false, action = o.action or "install", joined = o.joined },
-              staged = o.staged }
+              engine = { running = o.running or false, action = o.action or "install", joined = o.joined } }
   return h
 end
 
@@ -87,7 +92,7 @@ local function grep(pattern)
   return out
 end
 
-local STAGED = { method = "binary", moves = { { from = "/usr/local/bin/k3s.tmp.1", to = "/usr/local/bin/k3s" } } }
+local STAGED = true
 
 before_each(function()
   journal = {}
@@ -129,7 +134,7 @@ describe("Initialize Controller", function()
     assert.is_truthy(ready.cp2_seen)
     assert.is_true(ready.cp2_seen < pos["cp3: systemctl start 'k3s-server'"])
     -- the staged binary was moved into place before the start
-    local moved = pos["cp1: mv -f -- '/usr/local/bin/k3s.tmp.1' '/usr/local/bin/k3s'"]
+    local moved = pos["cp1: mv -f -- '/usr/local/bin/k3s.cargoship-staged' '/usr/local/bin/k3s'"]
     assert.is_true(moved < pos["cp1: systemctl start 'k3s-server'"])
   end)
 
@@ -148,12 +153,12 @@ describe("Initialize Controller", function()
     assert.matches("preparing server: bad token", err, 1, true)
   end)
 
-  it("not installed and nothing staged: the install step says so, naming the host", function()
+  it("not installed and nothing staged: the plan says so, naming the host", function()
     local cp1 = host("cp1", "controller", {})
-    local ctx = context({ cp1 })
+    local ctx = context({ cp1 }, { distro = K3S_NO_FILES })
     ctx.leader = cp1
-    local ok, err = run(function() return drive(phase, ctx) end)
-    assert.is_nil(ok)
+    local ok, err = run(function() return pcall(drive, phase, ctx) end)
+    assert.is_false(ok)
     assert.matches("cp1: k3s is not installed and no engine files were staged", err, 1, true)
     assert.same({}, grep("systemctl start"))
   end)
@@ -341,7 +346,63 @@ describe("Configure engine", function()
     end)
 end)
 
-describe("kubeadm join step", function()
+describe("Configure engine, with the context's random source pinned", function()
+  local phase = require "cargoship.phases.configure_engine"
+  local engine = require "distros.engine"
+
+  it("draws the new secret from ctx:random, nothing else", function()
+    local cp1 = host("cp1", "controller", {})
+    local ctx = context({ cp1 })
+    ctx.join_secret, ctx.leader = nil, cp1
+    local bytes = {}
+    for i = 1, 128 do bytes[i] = string.char((i * 7) % 256) end
+    local asked = {}
+    function ctx.random(_, n) asked[#asked + 1] = n; return table.concat(bytes):sub(1, n) end
+    run(function() return phase.prepare(ctx) end)
+    assert.same({ 128 }, asked)
+    local pinned = table.concat(bytes)
+    assert.same({ token = engine.token_from_bytes(pinned:sub(1, 64)),
+                  agent_token = engine.token_from_bytes(pinned:sub(65)) }, ctx.join_secret)
+  end)
+
+  it("an engine that joins by command gets no secret here, and no kubeadm document on a joining node", function()
+    local cp1 = host("cp1", "controller", {})
+    local cp2 = host("cp2", "controller", {})
+    local up = { type = "upstream", version = "1.35.3", engine = {}, manifests = {} }
+    local ctx = context({ cp1, cp2 }, { distro = up })
+    ctx.join_secret, ctx.leader = nil, cp1
+    function ctx.random() error("no secret is made for this engine") end
+    run(function() return phase.prepare(ctx) end)
+    assert.is_nil(ctx.join_secret)
+    local function written(h)
+      local out = {}
+      for _, a in ipairs(run(function() return phase.assess(ctx, h) end)) do
+        if a.kind == "write" then out[#out + 1] = a.path end
+      end
+      return table.concat(out, " ")
+    end
+    assert.matches("/etc/kubernetes/kubeadm-config.yaml", written(cp1), 1, true)
+    assert.not_matches("kubeadm-config.yaml", written(cp2), 1, true)
+    assert.matches("/etc/containerd/config.toml", written(cp2), 1, true)
+  end)
+end)
+
+describe("Apply manifests asks the engine whether it applies them itself", function()
+  local phase = require "cargoship.phases.apply_manifests"
+
+  it("an engine watching its manifests directory leaves the leader nothing to apply", function()
+    local cp1 = host("cp1", "controller", {})
+    local with = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = { "/m/a.yaml" } }
+    local ctx = context({ cp1 }, { distro = with })
+    ctx.leader = cp1
+    assert.is_true(ctx.engine.applies_manifests)
+    assert.same({}, phase.prepare(ctx))
+    ctx.engine = setmetatable({ applies_manifests = false }, { __index = ctx.engine })
+    assert.same({ cp1 }, phase.prepare(ctx))
+  end)
+end)
+
+describe("join step (an engine that joins by command)", function()
   local steps = require("cargoship.phases.initialize_controller").steps
   local UP = { type = "upstream", version = "1.35.3", engine = {}, manifests = {} }
   local JOIN = "kubeadm join 10.253.11.10:6443 --token abcdef.0123456789abcdef "
@@ -361,7 +422,7 @@ describe("kubeadm join step", function()
     end
     local ctx = context({ cp1, cp2 }, { distro = UP })
     ctx.leader = cp1
-    assert.is_true(run(function() return steps.kubeadm_join(ctx, cp2, {}) end))
+    assert.is_true(run(function() return steps.join(ctx, cp2, { say = "kubeadm join cp2 as a control plane" }) end))
     assert.matches("token: abcdef.0123456789abcdef", written, 1, true)
     assert.matches("certificateKey: " .. string.rep("b", 64), written, 1, true)
     assert.equal(1, #grep("cp1: kubeadm token create"))
@@ -373,7 +434,7 @@ describe("kubeadm join step", function()
     local w1 = host("w1", "worker", { { "kubeadm join", "", 0 } })
     local ctx = context({ cp1, w1 }, { distro = UP })
     ctx.leader = cp1
-    assert.is_true(run(function() return steps.kubeadm_join(ctx, w1, {}) end))
+    assert.is_true(run(function() return steps.join(ctx, w1, { say = "kubeadm join w1" }) end))
     assert.same({}, grep("upload-certs"))
   end)
 end)

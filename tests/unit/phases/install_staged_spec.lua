@@ -72,4 +72,23 @@ describe("phase install_staged", function()
     assert.matches("ln %-sfn %-%- '/usr/local/bin/rke2' '/usr/local/bin/rke2%-alias'", acts[2].cmd)
     assert.same({}, phase.assess(ctx, host("debian", "L 1:1 /usr/local/bin/rke2\n")))
   end)
+
+  it("leaves the hosts the Initialize phases install on to them (their plans carry the same records)", function()
+    local ctx = ctx_for({ entry("binary", "/usr/local/bin/rke2", bin) })
+    ctx.engine = require("distros.engine").for_package(ctx.distro)
+    local function h(name, engine_fact)
+      local x = host("debian", "")
+      x.name, x.facts.engine = name, engine_fact
+      return x
+    end
+    local fresh = h("fresh", { running = false, action = "install" })
+    local stopped = h("stopped", { running = false, action = "same" })
+    local upgrading = h("upgrading", { running = true, action = "upgrade" })
+    local unjoined = h("unjoined", { running = true, joined = false, action = "upgrade" })
+    ctx.hosts = { fresh, stopped, upgrading, unjoined }
+    assert.same({ stopped, upgrading }, phase.prepare(ctx))
+    -- without an engine no Initialize phase runs: every host with staged files is this phase's
+    ctx.engine = nil
+    assert.same({ fresh, stopped, upgrading, unjoined }, phase.prepare(ctx))
+  end)
 end)

@@ -1,5 +1,7 @@
 -- Specs for "Checking for nodes no longer in the config": `kubectl get nodes -o json` in, unmanaged nodes out.
 local phase = require "cargoship.phases.removed_nodes"
+local context = require "cargoship.pipeline.context"
+local engine = require "distros.engine"
 local support = require "unit.phases.support"
 
 local NODES = support.fixture("facts/kubectl-get-nodes.json")
@@ -40,12 +42,12 @@ end
 
 local function ctx_for(hosts, options)
   return support.ctx(hosts, { options = options,
-    fields = { engine_running = true, leader = hosts[1], engine_type = "rke2" } })
+    fields = { engine_running = true, leader = hosts[1], engine_type = "rke2", engine = engine.load("rke2") } })
 end
 
 describe("phase removed_nodes", function()
   it("parses a real node list with roles", function()
-    local nodes = phase.parse_nodes(NODES)
+    local nodes = context.parse_nodes(NODES)
     assert.equal(6, #nodes)
     assert.same({ name = "cp1", addresses = { "10.250.0.11", "cp1" }, role = "controller", ready = "True",
       heartbeat = "2025-11-03T10:01:12Z" }, nodes[1])
@@ -73,7 +75,7 @@ describe("phase removed_nodes", function()
   end)
 
   it("matches by config hostname and connection address too", function()
-    local nodes = phase.parse_nodes(NODES)
+    local nodes = context.parse_nodes(NODES)
     local hosts = {
       host("a", {}, { hostname = "CP1" }),
       host("b", {}, { connection = { kind = "ssh", address = "10.250.0.12" } }),

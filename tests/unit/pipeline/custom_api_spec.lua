@@ -82,7 +82,7 @@ local PROBE = { "name", "role", "index", "facts", "config", "os", "log", "dry_ru
   "apply", "refused", "probes_sent", "session", "transport" }
 local CPROBE = { "hosts", "leader", "cluster", "options", "dry_run", "state", "engine_type", "engine_running",
   "run_id", "log", "env", "distro", "each", "fail", "leave", "planned", "apply", "transport", "host_lost", "_lost",
-  "locks", "lock_conflicts", "sleep", "_left" }
+  "locks", "lock_conflicts", "sleep", "wait_until", "random", "leader_nodes", "leader_listing", "now", "_left" }
 return { id = "look", title = "Look", dry_run = "read_only", run = function(ctx, hosts)
   local seen = { host = {}, ctx = {} }
   for _, k in ipairs(PROBE) do if hosts[1][k] ~= nil then seen.host[#seen.host + 1] = k end end

@@ -1,15 +1,13 @@
--- phases.lib.engine_common: what phases 18-22 share: who has work, the node views, waiting for Ready, batches.
+-- phases.lib.engine_common: what phases 18-25 share: who has work, the node views, waiting for Ready.
 --
 -- settled(host): the node runs the package's version (distro_facts found its service
 -- running and judged "same") and has joined (phase 6 found its node, or listed none): it
 -- has nothing to do in any install phase. up(host): running and joined, whatever version.
--- staged(host): the engine files the upload phases staged on the host (host.facts.staged,
--- distros.engine's `staged` shape), nil when none were.
+-- installs(host): the Initialize phases install the staged engine files on it (it is not
+-- up and its installed version is not the package's); "Install staged files" leaves it.
 -- steps: wait_ready (polls the leader's kubectl until the node is Ready), for the phases'
 -- action.step records (a kubectl operation itself is an action.kube record).
-local config = require "cargoship.config"
 local engine = require "distros.engine"
-local loop = require "cargoship.loop"
 
 local M = {}
 
@@ -27,8 +25,9 @@ function M.up(host)
   return e ~= nil and e.running == true and e.joined ~= false
 end
 
-function M.staged(host)
-  return host.facts and host.facts.staged or nil
+function M.installs(host)
+  local e = host.facts and host.facts.engine
+  return not M.up(host) and not (e and e.action == "same")
 end
 
 function M.node(host) return engine.node_of(host) end
@@ -60,81 +59,29 @@ end
 
 M.steps = {}
 
--- Nodes waited for at the same time share their polls: the Ready check lists every node, so
--- one run of it on the leader answers every waiter. polls[ctx][cmd] = {lock, at, out, err,
--- code}: a waiter takes the lock and reuses the listing if it was begun after the waiter's
--- own previous one (the first time: after its wait began), else runs the check itself.
--- With 49 workers started at once, that is one kubectl a round on the leader, not 49.
-local polls = setmetatable({}, { __mode = "k" })
-
-local function poll(ctx, cmd, since)
-  local per = polls[ctx] or {}
-  polls[ctx] = per
-  local p = per[cmd]
-  if not p then p = { lock = loop.semaphore(1), at = -math.huge }; per[cmd] = p end
-  p.lock:acquire()
-  if p.at <= since then
-    local started = loop.now()
-    local ok, out, err, code = pcall(ctx.leader.probe, ctx.leader, cmd, { timeout = 30 })
-    if not ok then
-      p.lock:release()
-      error(out, 0)
-    end
-    p.at, p.out, p.err, p.code = started, out, err, code
-  end
-  p.lock:release()
-  return p.at, p.out, p.err, p.code
-end
-
 -- Polls the leader until the node is Ready; the leader itself may still be starting its API.
+-- Nodes waited for at the same time share the leader's listing (ctx:leader_listing): the
+-- Ready check lists every node, so one run of it answers every waiter.
 function M.steps.wait_ready(ctx, _, a)
   local leader = ctx.leader
   local limit = a.timeout or (ctx.options and ctx.options.ready_timeout) or M.READY_TIMEOUT
-  local deadline = loop.now() + limit
-  local seen = loop.now()   -- only a listing taken after the wait began counts
-  while true do
-    local at, out, err, code = poll(ctx, a.cmd, seen)
+  local seen = ctx:now()   -- only a listing taken after the wait began counts
+  local ok, why = ctx:wait_until(function()
+    local at, out, err, code = ctx:leader_listing(a.cmd, seen)
     seen = at
     local line = out and code == 0 and ctx.engine:ready_line(out, a.node)
     if line and ctx.engine:parse_ready(line, a.after) then return true end
-    local last
-    if not out or code ~= 0 then last = out and (err ~= "" and err or out) or tostring(err)
-    elseif not line then last = "not registered"
-    elseif a.after and ctx.engine:parse_ready(line) then
-      last = "no heartbeat from its kubelet since the start (the last was " .. (line:match("%S+%s+(%S+)") or "?")
-        .. "; before the start: " .. a.after .. ")"
-    else last = "Ready is " .. (line:match("%S+") or "unknown") end
-    if loop.now() >= deadline then
-      return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
-        limit, leader.name, (tostring(last):gsub("%s+$", "")))
+    if not out or code ~= 0 then return nil, out and (err ~= "" and err or out) or tostring(err) end
+    if not line then return nil, "not registered" end
+    if a.after and ctx.engine:parse_ready(line) then
+      return nil, "no heartbeat from its kubelet since the start (the last was "
+        .. (line:match("%S+%s+(%S+)") or "?") .. "; before the start: " .. a.after .. ")"
     end
-    loop.sleep(M.READY_INTERVAL)
-  end
-end
-
--- Hosts in batches: one group per profile (hosts without one together), each cut to the
--- profile's concurrency (else -w/--work-concurrency, else --concurrency: cluster-yaml.md
--- §3.2). Order: first appearance in the config.
-function M.batches(ctx, hosts)
-  local groups, order = {}, {}
-  for _, h in ipairs(hosts) do
-    local p = h.config and h.config.profile or (h.config_declared and h.config_declared.profile) or ""
-    if not groups[p] then groups[p] = {}; order[#order + 1] = p end
-    table.insert(groups[p], h)
-  end
-  local out = {}
-  for _, p in ipairs(order) do
-    local g = groups[p]
-    local prof = ctx.cluster and ctx.cluster.profiles and ctx.cluster.profiles[p]
-    local size = config.resolve_concurrency(prof and prof.concurrency or { kind = "default" }, #g,
-      ctx.options and (ctx.options.work_concurrency or ctx.options.concurrency)) or #g
-    for i = 1, #g, size do
-      local b = {}
-      for j = i, math.min(i + size - 1, #g) do b[#b + 1] = g[j] end
-      out[#out + 1] = b
-    end
-  end
-  return out
+    return nil, "Ready is " .. (line:match("%S+") or "unknown")
+  end, { timeout = limit, interval = M.READY_INTERVAL })
+  if ok then return true end
+  return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
+    limit, leader.name, (why:gsub("%s+$", "")))
 end
 
 return M

@@ -1,28 +1,25 @@
 -- phases.lib.initialize: phases 20 and 22 built from one description: install and start nodes not running yet.
 --
 -- M.make{id, title, role, order = "serial"|"batches"} -> phase. A node of that role has work
--- when its engine service is not running; a running node (at the package's version or not:
--- upgrading is phases 23-24) has none. Work per node, as records: install_engine (a step:
--- the engine files the upload phases staged, through the package manager or moved into
--- place; skipped when the package's version is already installed), then the engine's start
--- (rancher: start, enable, wait until Ready through the leader's kubectl; upstream: kubeadm
--- init on the leader, kubeadm join elsewhere with a token created on the leader at that
--- moment, and a certificate key for extra control planes).
--- serial: the leader first, then one node at a time, each Ready before the next starts;
--- batches: per-profile batches (engine_common.batches), a batch at a time.
+-- when its engine service is not running or runs without having joined; a running node (at
+-- the package's version or not: upgrading is phases 23-24) has none. Work per node, as
+-- records: the install records of the engine files the upload phases staged (phases.lib.install,
+-- decided at assess; none when the package's version is installed), then the engine's
+-- first_start (enable, then start, or the engine's bootstrap/join step, then wait Ready).
+-- Order (phases.lib.order): serial = the leader first, then one node at a time, each Ready
+-- before the next starts; batches = per-profile batches, a batch at a time.
 -- A failure names the host and the cause, with the service's recent log for a failed start.
-local action = require "cargoship.action"
 local common = require "cargoship.phases.lib.engine_common"
+local install = require "cargoship.phases.lib.install"
+local order = require "cargoship.phases.lib.order"
+local uploads = require "cargoship.phases.lib.uploads"
 
 local M = {}
-
 
 -- A node of the role whose service is not running, or runs without having joined.
 local function has_work(host, role)
   return host.role == role and not common.up(host)
 end
-
-local function is_leader(ctx, host) return ctx.leader == host end
 
 -- The heartbeat of this host's node as phase 6 listed it, when the cluster knows it already.
 local function old_heartbeat(ctx, host)
@@ -31,45 +28,26 @@ local function old_heartbeat(ctx, host)
   end
 end
 
+local function install_records(ctx, host)
+  if not common.installs(host) then return {} end
+  if not (ctx.distro.os_files and uploads.method(ctx, host)) then
+    error(host.name .. ": " .. ctx.engine.name .. " is not installed and no engine files were staged"
+      .. " on it (the distro package has no os.files for this host's role, arch and package manager)", 0)
+  end
+  return install.actions(ctx, host)
+end
+
 local function records(ctx, host)
-  local out = setmetatable({}, { __index = { after = old_heartbeat(ctx, host) } })
   local eng, node = ctx.engine, common.node(host)
+  local out = install_records(ctx, host)
   local e = host.facts.engine or {}
-  if e.action ~= "same" then
-    out[#out + 1] = action.step { name = "install_engine", say = "install " .. eng.name .. " " .. eng.version
-      .. " from the staged files" }
+  local after = old_heartbeat(ctx, host)
+  for _, a in ipairs(eng:first_start(node, common.cluster(ctx), { leader = ctx.leader == host,
+      running = e.running, timeout = (ctx.options and ctx.options.ready_timeout) or common.READY_TIMEOUT })) do
+    if a.kind == "step" and a.name == "wait_ready" then a.after = after end
+    out[#out + 1] = a
   end
-  if eng.name == "upstream" and not node.bootstrapped then
-    out[#out + 1] = action.service { verb = "enable", service = "kubelet" }
-    if is_leader(ctx, host) then
-      out[#out + 1] = action.step { name = "kubeadm_init", say = "kubeadm init on " .. node.name }
-    else
-      out[#out + 1] = action.step { name = "kubeadm_join", say = "kubeadm join " .. node.name
-        .. (node.role == "controller" and " as a control plane" or "") }
-    end
-    out[#out + 1] = eng:wait_ready(node)
-  else
-    -- enable before start: on runit enabling is what makes the service supervised, and
-    -- `sv up` of a service runsvdir has not picked up yet fails
-    local acts = eng:start(node, common.cluster(ctx))
-    local enable, rest = nil, {}
-    for _, a in ipairs(acts) do
-      if a.kind == "service" and a.verb == "start" then
-        -- running but not joined (a refused token, say): its new config needs a restart
-        -- a notify unit's start returns once the engine is up; the engines' own units never
-        -- time out (TimeoutStartSec=0), so it gets --ready-timeout, as the Ready wait does
-        a = action.service { verb = e.running and "restart" or "start", service = a.service,
-          timeout = (ctx.options and ctx.options.ready_timeout) or common.READY_TIMEOUT }
-      end
-      if a.kind == "service" and a.verb == "enable" then enable = a else rest[#rest + 1] = a end
-    end
-    if enable then out[#out + 1] = enable end
-    for _, a in ipairs(rest) do out[#out + 1] = a end
-  end
-  for _, a in ipairs(out) do
-    if a.kind == "step" and a.name == "wait_ready" then a.after = out.after end
-  end
-  return setmetatable(out, nil)
+  return out
 end
 
 local steps = require "cargoship.phases.lib.initialize_steps"
@@ -98,22 +76,7 @@ function M.make(o)
   end
 
   function phase.run(ctx, hosts)
-    if o.order == "serial" then
-      local list = {}
-      for _, h in ipairs(hosts) do
-        if is_leader(ctx, h) then table.insert(list, 1, h) else list[#list + 1] = h end
-      end
-      for _, h in ipairs(list) do
-        local ok, err = common.apply_one(ctx, h)
-        if not ok then return nil, err end
-      end
-      return true
-    end
-    for _, batch in ipairs(common.batches(ctx, hosts)) do
-      local ok, failures = ctx:each(batch, function(h) return common.apply_one(ctx, h) end)
-      if not ok then return nil, failures end
-    end
-    return true
+    return order.run(ctx, hosts, o.order, function(h) return common.apply_one(ctx, h) end)
   end
 
   return phase

@@ -22,7 +22,7 @@ M.ctx = {
   -- fields whose hosts the phase sees as views: hosts (a list), leader (one host or nil)
   host_fields = { "hosts", "leader" },
   -- methods, each taking and giving host views where the Context's take hosts
-  methods = { "each", "fail", "leave", "planned", "apply" },
+  methods = { "each", "fail", "leave", "planned", "apply", "wait_until", "sleep", "random", "leader_nodes" },
 }
 
 -- The libraries of the sandbox beside Lua's safe standard ones: name -> the functions taken

@@ -120,6 +120,23 @@ function ctx_methods.apply(self, host, actions)
   return real_ctx[self]:apply(unview_host(host, "host"), actions)
 end
 
+-- Waiting, randomness and the leader's node listing: as Context's (they hand out no host).
+function ctx_methods.wait_until(self, check, opts)
+  return real_ctx[self]:wait_until(check, opts)
+end
+
+function ctx_methods.sleep(self, seconds)
+  return real_ctx[self]:sleep(seconds)
+end
+
+function ctx_methods.random(self, n)
+  return real_ctx[self]:random(n)
+end
+
+function ctx_methods.leader_nodes(self)
+  return real_ctx[self]:leader_nodes()
+end
+
 for _, name in ipairs(api.ctx.methods) do
   assert(ctx_methods[name], "custom/api.lua lists ctx:" .. name .. ", which views.lua does not define")
 end

@@ -1,7 +1,9 @@
--- Specs that keep the OS layer engine-neutral: no engine named in its code, no engine configurer required.
+-- No code outside the engine configurers names an engine (comments aside; strings count): a 4th engine is one module.
 local helper_src = os.getenv("CARGOSHIP_SOURCE_DIR") or "."
 
-local ENGINE_WORDS = { "k3s", "rke2", "upstream", "kubeadm", "rancher" }
+-- The engines' own list of types, and the family and tool names that would stand for one.
+local ENGINE_WORDS = { "kubeadm", "rancher" }
+for _, t in ipairs(require("distros.engine").TYPES) do ENGINE_WORDS[#ENGINE_WORDS + 1] = t end
 
 -- Lua source with its comments blanked and its strings kept (an engine named in a string is
 -- still a switch on it); line breaks stay so that hits carry their line numbers.
@@ -78,7 +80,7 @@ local function engine_names_in(files)
   return hits
 end
 
-describe("the OS layer is engine-neutral", function()
+describe("engine names", function()
   it("the comment stripper keeps code and strings, drops comments", function()
     local code = code_of('local a = "rke2" -- k3s\n--[[ upstream\n]] b = [[kubeadm]]\n')
     assert.truthy(code:find('"rke2"', 1, true))
@@ -98,9 +100,16 @@ describe("the OS layer is engine-neutral", function()
     assert.same({ tmp .. ":2: k3s", tmp .. ":3: requires an engine configurer" }, hits)
   end)
 
-  it("names no engine and requires no engine configurer in lua/cargoship/os", function()
-    local files = lua_files(helper_src .. "/lua/cargoship/os")
-    assert.is_true(#files > 10, "the OS layer's files were found")
-    assert.same({}, engine_names_in(files))
+  it("appear nowhere in lua/cargoship's code, and the OS layer requires no engine configurer", function()
+    local files = lua_files(helper_src .. "/lua")
+    assert.is_true(#files > 100, "the Lua tree's files were found")
+    local hits = {}
+    for _, h in ipairs(engine_names_in(files)) do
+      -- phases and the runner require the engines (the layer lint says who may); only the OS layer may not
+      if not h:find("requires an engine configurer", 1, true) or h:find("/lua/cargoship/os/", 1, true) then
+        hits[#hits + 1] = h
+      end
+    end
+    assert.same({}, hits)
   end)
 end)
