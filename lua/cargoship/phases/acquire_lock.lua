@@ -61,7 +61,8 @@ function M.assess(ctx, host)
   else
     local stale = cur.age and cur.age > math.max(timings(ctx).stale_after or lock.STALE_AFTER, cur.stale or 0)
     say = string.format("take the lock at %s (currently held by %s%s)", cur.path,
-      lock.describe(cur.record, cur.age, cur.now, cur.owner), stale and "; stale, so it would be taken over" or "")
+      lock.describe(cur.record, cur.age, cur.now, cur.owner),
+      stale and "; stale, so it would be taken over" or lock.gone_note(cur.record))
   end
   return { action.step { name = "take_lock", say = say } }
 end
