@@ -240,11 +240,17 @@ end
 -- The check and the write in one round trip: the content travels on stdin either way, and
 -- the script prints which it did. Without a mode, a new file is 0600 (umask 077: it may be a
 -- secret) and an existing one keeps its mode and owner.
+-- The content's sha256 is the first line of stdin, never a word of the script: the script is
+-- the argv of `sh -c` (and of sudo, which also logs it) on the host, which every local user
+-- can read with `ps`, and the hash of a token or a registry password is an offline guess
+-- away from it. `read` takes exactly that line off the pipe (shells read a pipe byte by byte
+-- for it), so `cat` gets the content whole. Every write does this, not only those marked
+-- secret: a custom phase that forgets the mark leaks nothing either.
 local function write_script(a)
   return table.concat({
     "set -e",
-    shell.fmt("dst=%s; want=%s; mode=%s; user=%s; grp=%s", a.path, require("cargoship.util").sha256(a.content),
-      stat_mode(a.mode) or "", a.owner or "", a.group or ""),
+    shell.fmt("dst=%s; mode=%s; user=%s; grp=%s", a.path, stat_mode(a.mode) or "", a.owner or "", a.group or ""),
+    "IFS= read -r want",
     'if [ -f "$dst" ] && [ ! -L "$dst" ]; then',
     '  set -- $(sha256sum -- "$dst"); sum=$1',
     [[  set -- $(stat -c '%a %U %G' -- "$dst")]],
@@ -274,9 +280,15 @@ end
 
 local EXECUTE = {}
 
+-- What a write sends on stdin: the content's hash line, then the content.
+local function write_stdin(a)
+  return require("cargoship.util").sha256(a.content) .. "\n" .. a.content
+end
+M.write_script, M.write_stdin = write_script, write_stdin
+
 function EXECUTE.write(self, a)
   local out, err = need_conn(self):check(write_script(a),
-    { sudo = true, stdin = a.content, timeout = a.timeout or M.WRITE_TIMEOUT })
+    { sudo = true, stdin = write_stdin(a), timeout = a.timeout or M.WRITE_TIMEOUT })
   if not out then return "failed", err end
   return said(out) == "skipped" and "skipped" or "done"
 end
@@ -301,8 +313,15 @@ function EXECUTE.remove(self, a)
   return said(out) == "skipped" and "skipped" or "done"
 end
 
+-- A command marked secret travels over stdin to a shell that runs it (`eval "$(cat)"`), so
+-- its text is in no argv on the host (the programs it starts have their own: a secret must
+-- reach them through files or stdin, never as a word of the command). One with stdin of its
+-- own keeps the exec request: that stdin is where its secret goes.
+M.SECRET_RUN = 'eval "$(cat)"'
 function EXECUTE.run(self, a)
-  local out, err = need_conn(self):check(a.cmd, with_sudo({ sudo = a.sudo, stdin = a.stdin, timeout = a.timeout },
+  local cmd, stdin = a.cmd, a.stdin
+  if a.secret and stdin == nil then cmd, stdin = M.SECRET_RUN, a.cmd end
+  local out, err = need_conn(self):check(cmd, with_sudo({ sudo = a.sudo, stdin = stdin, timeout = a.timeout },
     M.WRITE_TIMEOUT))
   if not out then return "failed", err end
   return "done"

@@ -2,7 +2,8 @@
 --
 -- Where. The lock is the directory /run/cargoship/lock (/var/lib/cargoship/lock where /run is
 -- absent), holding one file, `holder`, of key=value lines:
---   holder=user@machine  pid=N  version=V  command=...  run_id=R  stale_after=S  started=EPOCH  token=T
+--   holder=user@machine  pid=N  version=V  command=...  run_id=R  [boot_id=B  init_start=I  pid_start=P]
+--   stale_after=S  started=EPOCH  token=T   (the bracketed three: see M.holder_gone)
 -- /run/cargoship is a directory cargoship makes itself, mode 0700, owned by the user the lock
 -- scripts run as (root, through sudo; or the login user where that is not root), under a
 -- parent owned by root or that user that nobody else can write to (above it, sticky
@@ -405,14 +406,101 @@ function M.timings(o)
   }
 end
 
+-- ---- is the holder still running? -------------------------------------------------------
+-- A record names its holder's machine and pid; a run killed with -9 (or a machine that lost
+-- power) leaves its lock until the stale window ends. When the holder was this machine, this
+-- boot, this PID namespace and this user, the record is checked against the process table:
+-- a pid that is gone, or that now belongs to a program started later (the kernel reuses
+-- pids), means the holder is gone, and the message says so instead of "free once that run
+-- ends". The record carries for that (M.me):
+--   boot_id     /proc/sys/kernel/random/boot_id: one per boot of one machine;
+--   init_start  the start time of PID 1 as this process sees it: containers on one kernel
+--               share the boot id, not their PID 1;
+--   pid_start   the holder's own start time (clock ticks since boot, /proc/PID/stat field 22).
+-- Where /proc says nothing (not Linux), or any of it differs, nothing is claimed: a record of
+-- another machine (or of a build that wrote none of it) gets the usual message. Only the
+-- same user: /proc mounted with hidepid hides other users' processes.
+
+local function read_proc(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- start time of a process, in clock ticks since boot; nil when there is no such process
+local function proc_start(pid)
+  local s = read_proc("/proc/" .. pid .. "/stat")
+  -- after the command name, which may hold spaces and parentheses: state is field 3, so
+  -- the start time (field 22) is the 20th word
+  local rest = s and s:match("^.*%) (.*)$")
+  if not rest then return nil end
+  local n = 0
+  for w in rest:gmatch("%S+") do
+    n = n + 1
+    if n == 20 then return w:match("^%d+$") end
+  end
+  return nil
+end
+M.proc_start = proc_start
+
+local function user_name(i)
+  return (i and i.user) or os.getenv("USER") or os.getenv("LOGNAME") or "unknown"
+end
+
+-- M.me() -> { user, machine, pid, boot_id, init_start, pid_start }: this process as a record
+-- names it (boot_id, init_start, pid_start nil where /proc has none).
+function M.me()
+  local boot = read_proc("/proc/sys/kernel/random/boot_id")
+  local pid = util.getpid()
+  return { user = user_name(), machine = util.hostname() or "unknown", pid = pid,
+    boot_id = boot and boot:match("^%s*([%x-]+)%s*$"), init_start = proc_start(1), pid_start = proc_start(pid) }
+end
+
+-- M.holder_gone(record, me) -> nil | "gone" | "reused": whether the run a record names is
+-- known to have ended (its pid is gone, or is a program started after it); nil when it runs
+-- or cannot be told (another machine, boot, PID namespace or user; no /proc).
+function M.holder_gone(record, me)
+  me = me or M.me()
+  record = record or {}
+  local pid = tostring(record.pid or ""):match("^%d+$")
+  if not pid or not record.boot_id or not me.boot_id or not me.pid_start then return nil end
+  local user, machine = tostring(record.holder or ""):match("^(.*)@([^@]*)$")
+  if user ~= me.user or machine ~= me.machine then return nil end
+  if record.boot_id ~= me.boot_id or (record.init_start or "") ~= (me.init_start or "") then return nil end
+  local start = proc_start(pid)
+  if not start then return "gone" end
+  if record.pid_start and record.pid_start ~= start then return "reused" end
+  return nil
+end
+
+-- The clause a message about a gone holder starts with: "gone (pid 42, killed?)".
+local function gone_clause(record, how)
+  return string.format("gone (pid %s%s, killed?)", tostring(record.pid),
+    how == "reused" and " is another program now" or "")
+end
+
+-- M.gone_note(record) -> "; that run is gone (pid 42, killed?) ..." | "": for sentences about a
+-- holder (the dry run's plan), empty unless the holder is known to have ended.
+function M.gone_note(record, me)
+  local how = M.holder_gone(record, me)
+  if not how then return "" end
+  return "; that run is " .. gone_clause(record, how) .. ", `cargoship unlock` breaks its lock now"
+end
+
 local function default_info(info)
   local i = {}
   for k, v in pairs(info or {}) do i[k] = v end
   if not i.holder then
-    local user = i.user or os.getenv("USER") or os.getenv("LOGNAME") or "unknown"
-    i.holder = user .. "@" .. (util.hostname() or "unknown")
+    i.holder = user_name(i) .. "@" .. (util.hostname() or "unknown")
   end
-  i.pid = i.pid or util.getpid()
+  -- this process: the record says how to tell, later, that it is gone
+  if i.pid == nil or i.pid == util.getpid() then
+    local me = M.me()
+    i.pid = me.pid
+    i.boot_id, i.init_start, i.pid_start = me.boot_id, me.init_start, me.pid_start
+  end
   if not i.version then
     local ok, build = pcall(require, "cargoship.build")
     i.version = ok and type(build) == "table" and build.version or "unknown"
@@ -626,6 +714,9 @@ function M.acquire(host, info, opts)
   for _, k in ipairs { "holder", "pid", "version", "command", "run_id" } do
     record[#record + 1] = k .. "=" .. one_line(info[k])
   end
+  for _, k in ipairs { "boot_id", "init_start", "pid_start" } do
+    if info[k] then record[#record + 1] = k .. "=" .. one_line(info[k]) end
+  end
   record[#record + 1] = "stale_after=" .. t.stale_after
   local text = script(ACQUIRE, {
     { "CS_BASE", "" }, { "CS_NAME", opts.name or M.NAME }, { "CS_TOKEN", token },
@@ -642,9 +733,17 @@ function M.acquire(host, info, opts)
   if not done then error(r, 0) end
   if not r then return nil, err, code, answer end
   if r.status == "locked" then
+    local lim = r.stale or t.stale_after
+    local how = M.holder_gone(r.record)
+    if how then
+      -- stale once its age is over lim in whole host seconds
+      return nil, string.format("%s: the lock at %s is held by a run that is %s: %s; stale after %s more, "
+        .. "or `cargoship unlock CLUSTER` breaks it now", host.name, r.path, gone_clause(r.record, how),
+        M.describe(r.record, r.age, r.now, r.owner), span(math.max(1, lim - (r.age or 0) + 1))), "locked", r
+    end
     return nil, string.format("%s: another cargoship holds the lock at %s: %s; it is free once that "
       .. "run ends, or %d s after its last heartbeat (`cargoship unlock CLUSTER` breaks it)",
-      host.name, r.path, M.describe(r.record, r.age, r.now, r.owner), r.stale or t.stale_after), "locked", r
+      host.name, r.path, M.describe(r.record, r.age, r.now, r.owner), lim), "locked", r
   end
   local log = opts.log or host.log or NOLOG
   local self = setmetatable({

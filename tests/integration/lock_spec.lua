@@ -105,15 +105,18 @@ end
 local work, cluster, cluster1, driver
 local hosts = {}
 
--- A cluster of the first n lab hosts (four: every flavour the ctest lab cycles through).
-local function write_cluster(file, n)
+-- A cluster of the first n lab hosts (four: every flavour the ctest lab cycles through);
+-- reversed: listed last to first (the hosts list of the spec keeps the lab's order).
+local function write_cluster(file, n, reversed)
   local all = lab.hosts()
   local lines = { "apiVersion: zarf.dev/v1alpha1", "kind: ZarfCluster", "metadata:", "  name: lock",
     "spec:", "  config:", "    loadbalancer: h1.lab.internal", "  hosts:" }
-  for i = 1, math.min(n, #all) do
-    hosts[i] = all[i]
+  n = math.min(n, #all)
+  for k = 1, n do
+    local i = reversed and (n + 1 - k) or k
+    if not reversed then hosts[i] = all[i] end
     lines[#lines + 1] = string.format("    - role: %s\n      ssh:\n        address: %s\n        user: root\n"
-      .. "        keyPath: %s", i == 1 and "controller" or "worker", all[i].address, lab.key)
+      .. "        keyPath: %s", k == 1 and "controller" or "worker", all[i].address, lab.key)
   end
   local f = assert(io.open(file, "wb"))
   f:write(table.concat(lines, "\n"), "\n")
@@ -270,6 +273,8 @@ describe("host lock on the lab", function()
     assert.matches("(pid " .. pid_of(winner) .. ", cargoship 0.0.0-lockdriver, `apply " .. cluster .. "`)", out,
       1, true)
     assert.matches("last heartbeat %d+ s ago", out)
+    -- the holder runs, on this machine: it is not taken for gone
+    assert.matches("it is free once that run ends", out, 1, true)
     -- the loser met the winner on the first host and held nothing anywhere
     assert.is_nil(out:match("FAILED [^\n]*\nFAILED"), "one failure only: the loser stopped at the first host")
     assert.is_true(loser.elapsed < 5, "the loser took " .. loser.elapsed .. " s")
@@ -290,6 +295,10 @@ describe("host lock on the lab", function()
     local b = start("b", FAST)
     assert.are.equal(4, wait_exit(b, 30))
     assert.matches("(pid " .. apid .. ",", read(b.out), 1, true)
+    -- the holder ran on this machine and its process is gone: said so, not "free once that run ends"
+    assert.matches("is held by a run that is gone (pid " .. apid .. ", killed?)", read(b.out), 1, true)
+    assert.matches("; stale after %d+ s more, or `cargoship unlock CLUSTER` breaks it now", read(b.out))
+    assert.is_nil(read(b.out):find("free once that run ends", 1, true), read(b.out))
     sleep(7)
     local c = start("c", { HOLD = "60", CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "6" })
     wait_until(function() return acquired(c) or finished(c) end, 20, "the third run to take over")
@@ -620,6 +629,81 @@ describe("host lock on the lab", function()
       assert.are.same({}, locked_hosts())
     end)
 
+    -- Two applies whose files list the hosts in opposite orders, let into phase 7 at the same
+    -- instant: a barrier phase before it waits, in the real run only, on a FIFO on h1 that the
+    -- spec opens once both wait. Earlier builds took locks in the file's order (the first host
+    -- alone, then the others at once): each took its own first host and both exited 4.
+    local BARRIER = "-- luacheck: read globals action\nreturn { id = 'barrier', title = 'Barrier',"
+      .. " before = 'acquire_lock', dry_run = 'read_only', reads = { 'connection' }, creates = { 'barrier' },"
+      .. " run = function(ctx, hosts)\n  if ctx.dry_run then return true end\n"
+      .. "  for _, h in ipairs(hosts) do\n    if h.config.connection.address == %q then\n"
+      .. "      local out, err, code = h:probe('touch /run/cs-wait.$$ && timeout 60 cat /run/cs-go >/dev/null')\n"
+      .. "      if code ~= 0 then return nil, 'barrier: ' .. tostring(err) end\n    end\n  end\n"
+      .. "  return true\nend }\n"
+    -- the work between the lock phases: a file naming the run on every host, then a while
+    local WORK = "-- luacheck: read globals action\nreturn { id = 'order_work', title = 'Order work',"
+      .. " after = 'acquire_lock', reads = { 'connection' }, creates = { 'order' },"
+      .. " assess = function() return { action.write { path = '/root/cs-order.%s', content = '%s\\n',"
+      .. " mode = '0644' }, action.run { cmd = 'sleep 2', say = 'work a while' } } end }\n"
+
+    it("lets one of two applies listing the hosts in opposite orders through, the other holding nothing", function()
+      if not apply_available() then
+        pending("cargoship apply does not run the pipeline in this build yet")
+        return
+      end
+      local reversed = work .. "/cluster-reversed.yaml"
+      write_cluster(reversed, #hosts, true)
+      local h1 = hosts[1]
+      -- the lab's hosts call themselves h1..h4: h1 comes first in the order of every run
+      local _, name = ssh(h1, "hostname")
+      assert.are.equal("h1", name:match("%S+"))
+      for round = 1, 3 do
+        for _, h in ipairs(hosts) do ssh(h, "rm -f /root/cs-order.* /run/cs-wait.* /run/cs-go") end
+        ssh(h1, "mkfifo /run/cs-go")
+        local runs = {}
+        for i, file in ipairs { cluster, reversed } do
+          local tag = "r" .. round .. (i == 1 and "fwd" or "rev")
+          local dir = work .. "/phases-" .. tag
+          os.execute("mkdir -p " .. q(dir))
+          lab.write(dir .. "/1barrier.lua", string.format(BARRIER, h1.address))
+          lab.write(dir .. "/2work.lua", string.format(WORK, tag, tag))
+          runs[i] = start("apply-" .. tag, {},
+            q(lab.bin) .. " -v apply --confirm --phases " .. q(dir) .. " " .. q(file))
+          runs[i].tag = tag
+        end
+        wait_until(function()
+          local _, out = ssh(h1, "ls /run/cs-wait.* 2>/dev/null | wc -l")
+          return tonumber(out) == 2 or finished(runs[1]) or finished(runs[2])
+        end, 60, "both applies to reach the barrier")
+        assert.is_falsy(finished(runs[1]) or finished(runs[2]), read(runs[1].err) .. read(runs[2].err))
+        sleep(0.3)
+        ssh(h1, ": >/run/cs-go")
+        local rc = { wait_exit(runs[1], 60), wait_exit(runs[2], 60) }
+        io.stderr:write(string.format("[lock] round %d: exit codes %d and %d\n", round, rc[1], rc[2]))
+        assert.is_false(rc[1] == 4 and rc[2] == 4, "both applies exited 4:\n" .. read(runs[1].err) .. "\n---\n"
+          .. read(runs[2].err))
+        table.sort(rc)
+        if rc[1] == 0 and rc[2] == 4 then
+          local winner, loser = runs[1], runs[2]
+          if finished(winner) ~= 0 then winner, loser = runs[2], runs[1] end
+          local err = read(loser.err)
+          -- the loser met the winner on h1, the first host in the order, and took no lock at all
+          assert.matches(h1.address .. ": another cargoship holds the lock at " .. h1.lock, err, 1, true)
+          assert.matches("(pid " .. pid_of(winner) .. ",", err, 1, true)
+          assert.is_nil(err:find("took the lock at", 1, true), err)
+          for _, h in ipairs(hosts) do
+            local _, have = ssh(h, "cat /root/cs-order.* 2>/dev/null")
+            assert.are.equal(winner.tag .. "\n", have, h.name)
+          end
+        else
+          -- no meeting: one ran before the other took its first lock
+          assert.are.same({ 0, 0 }, rc, read(runs[1].err) .. read(runs[2].err))
+        end
+        assert.are.same({}, locked_hosts())
+      end
+      for _, h in ipairs(hosts) do ssh(h, "rm -f /root/cs-order.* /run/cs-wait.* /run/cs-go") end
+    end)
+
     it("takes over after the stale window from an apply killed with -9", function()
       if not apply_available() then
         pending("cargoship apply does not run the pipeline in this build yet")
@@ -638,6 +722,8 @@ describe("host lock on the lab", function()
       local b = apply("apply-b", timings)
       assert.are.equal(4, wait_exit(b, 30), read(b.err))
       assert.matches("(pid " .. apid .. ",", read(b.err), 1, true)
+      assert.matches("is held by a run that is gone (pid " .. apid .. ", killed?)", read(b.err), 1, true)
+      assert.is_nil(read(b.err):find("free once that run ends", 1, true), read(b.err))
       sleep(21)
       local c = apply("apply-c", timings)
       assert.are.equal(0, wait_exit(c, 60), read(c.err))

@@ -21,13 +21,15 @@ end
 -- upload records what it was asked and answers as told.
 local function local_conn(o)
   o = o or {}
-  local c = { sent = {}, uploads = {} }
+  local c = { sent = {}, uploads = {}, stdins = {} }
   function c.exec(_, cmd, opts)
     c.sent[#c.sent + 1] = cmd
+    c.stdins[#c.sent] = opts and opts.stdin
     return sh(cmd, opts and opts.stdin)
   end
   function c.check(_, cmd, opts)
     c.sent[#c.sent + 1] = cmd
+    c.stdins[#c.sent] = opts and opts.stdin
     local out, err, code = sh(cmd, opts and opts.stdin)
     if code ~= 0 then
       return nil, "h1: command failed (exit " .. code .. "): " .. (err:match("[^\n]*") or ""), "exit"
@@ -90,6 +92,41 @@ describe("host:apply", function()
     local sent = #h.conn.sent
     assert.are.same({ "skipped" }, statuses(h:apply({ w })))
     assert.are.equal(sent + 1, #h.conn.sent)
+  end)
+
+  -- the command is argv on the host (sh -c, sudo, env: `ps` shows it to every local user,
+  -- sudo logs it); the hash of a token or a password is an offline guess away from it
+  it("sends no hash of a written file's content in the command, only on stdin, and still skips", function()
+    local h = new_host(false)
+    local content = "token: K10hunter2\n"
+    local sum = util.sha256(content)
+    local w = action.write { path = dir .. "/token", content = content, mode = "0600", secret = true }
+    assert.are.same({ "done" }, statuses(h:apply({ w })))
+    assert.are.same({ "skipped" }, statuses(h:apply({ w })))
+    local n = #h.conn.sent
+    for i = 1, n do
+      local cmd = h.conn.sent[i]
+      assert.is_nil(cmd:find(sum, 1, true), "the content's sha256 is in the command: " .. cmd)
+      assert.is_nil(cmd:find("hunter2", 1, true), "the content is in the command")
+      assert.are.equal(sum .. "\n" .. content, h.conn.stdins[i])
+    end
+    -- the same bytes under another hash line are not "already there": the hash is what is compared
+    local out = h.conn:check(h.conn.sent[n], { stdin = util.sha256("other") .. "\n" .. content })
+    assert.matches("cs%-done", out)
+    assert.are.equal(content, read(dir .. "/token"))
+    assert.are.equal("600", stat(dir .. "/token"))
+  end)
+
+  it("runs a command marked secret from stdin, so its text is in no argv on the host", function()
+    local h = new_host(false)
+    local cmd = "printf '%s\\n' s3cr3t-value > " .. dir .. "/out; echo ran"
+    assert.are.same({ "done" }, statuses(h:apply({ action.run { cmd = cmd, secret = true } })))
+    assert.are.equal("s3cr3t-value\n", read(dir .. "/out"))
+    assert.is_nil(h.conn.sent[1]:find("s3cr3t", 1, true), h.conn.sent[1])
+    assert.are.equal(cmd, h.conn.stdins[1])
+    -- a plain command is sent as it is
+    h:apply({ action.run { cmd = "true # visible" } })
+    assert.are.equal("true # visible", h.conn.sent[#h.conn.sent])
   end)
 
   it("rewrites when the content or the mode differ", function()

@@ -171,6 +171,61 @@ describe("lock", function()
     assert.are.equal("run-a", record().run_id)
   end)
 
+  -- a run killed with -9 leaves its lock until the stale window ends: "free once that run
+  -- ends" is then about a process that is gone
+  it("says a holder of this machine whose process is gone is gone, and when it stales", function()
+    local a, b = fake_host("h1"), fake_host("h1")
+    local me = lock.me()
+    assert.matches("^%x+%-[%x-]+$", me.boot_id)
+    assert.are.equal(lock.proc_start(util.getpid()), me.pid_start)
+    local function set(field, value)
+      assert(os.execute(string.format("sed -i 's/^%s=.*/%s=%s/' %s", field, field, value,
+        util.quote(path .. "/holder"))))
+    end
+    local function meet()
+      local _, err, code = run(function() return lock.acquire(b, OTHER, opts()) end)
+      assert.are.equal("locked", code)
+      return err
+    end
+    run(function() assert(lock.acquire(a, { command = "apply lab.yaml", run_id = "run-a" }, opts())) end)
+    local r = record()
+    assert.are.same({ tostring(util.getpid()), me.boot_id, me.init_start, me.pid_start },
+      { r.pid, r.boot_id, r.init_start, r.pid_start })
+    age(path, 20)
+    -- running: the usual message
+    local err = meet()
+    assert.matches("h1: another cargoship holds the lock at .*; it is free once that run ends", err)
+    assert.are.equal("", lock.gone_note(record()))
+    -- gone: its pid names no process any more
+    local dead = tonumber((sh("sh -c 'echo $$'")))
+    set("pid", dead)
+    age(path, 20)
+    err = meet()
+    assert.matches("h1: the lock at " .. path .. " is held by a run that is gone (pid " .. dead .. ", killed?): "
+      .. r.holder .. " (pid " .. dead .. ", ", err, 1, true)
+    assert.matches("last heartbeat 2%d s ago, .*; stale after 4%d s more, or `cargoship unlock CLUSTER` breaks it now$",
+      err)
+    assert.is_nil(err:find("free once that run ends", 1, true))
+    assert.matches("that run is gone (pid " .. dead .. ", killed?)", lock.gone_note(record()), 1, true)
+    -- reused: the pid runs, but a program that started later than the holder did
+    set("pid", util.getpid())
+    set("pid_start", "1")
+    err = meet()
+    assert.matches("is held by a run that is gone (pid " .. util.getpid() .. " is another program now, killed?)",
+      err, 1, true)
+    -- another boot (or machine, or user): nothing is claimed
+    set("pid", dead)
+    set("boot_id", "00000000-0000-0000-0000-000000000000")
+    assert.matches("another cargoship holds the lock at", meet(), 1, true)
+    set("boot_id", me.boot_id)
+    set("holder", "someone@elsewhere")
+    assert.matches("another cargoship holds the lock at", meet(), 1, true)
+    -- a record of another machine, or of a build that wrote no boot id, the same
+    assert.is_nil(lock.holder_gone({ holder = r.holder, pid = tostring(dead) }))
+    assert.are.equal("gone", lock.holder_gone({ holder = r.holder, pid = tostring(dead), boot_id = me.boot_id,
+      init_start = me.init_start }))
+  end)
+
   it("takes over a lock stale by the host's clock, warning with the old holder's name", function()
     local a, b = fake_host("h1"), fake_host("h1")
     local old, new = run(function()

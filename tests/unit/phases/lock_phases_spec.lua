@@ -253,6 +253,57 @@ describe("lock phases", function()
     assert.is_false(exists(lockpath(hosts[3])))
   end)
 
+  -- two runs whose files list the hosts in different orders: with the file's order each took
+  -- its own first host, then failed on the other's, and both exited 4
+  it("takes the locks one host at a time in one order, whatever order the file lists them in", function()
+    local hosts = hosts_for(base, 3)
+    local names = { "node-c", "node-a", "node-b" }
+    local taken = {}
+    for i, h in ipairs(hosts) do
+      h.facts.hostname = names[i]
+      local exec = h.conn.exec
+      h.conn.exec = function(self, cmd, o)
+        if cmd:find("\ncs_take() {", 1, true) then taken[#taken + 1] = h.facts.hostname end
+        return exec(self, cmd, o)
+      end
+    end
+    for _, list in ipairs { { hosts[1], hosts[2], hosts[3] }, { hosts[3], hosts[1], hosts[2] } } do
+      taken = {}
+      local ctx = new_ctx(list)
+      run(function()
+        assert.is_true(execute(ctx, acquire, list))
+        acquire.cleanup(ctx)
+      end)
+      assert.are.same({ "node-a", "node-b", "node-c" }, taken)
+    end
+    -- the machine's own name decides, not how the file reaches it; then address and port
+    local a = { name = "10.0.0.9", config = { connection = { address = "10.0.0.9", port = 22 } }, facts = {} }
+    local b = { name = "b.example", config = { connection = { address = "b.example", port = 22 } },
+      facts = { hostname = "Alpha" } }
+    local c = { name = "10.0.0.1", config = { connection = { address = "10.0.0.1", port = 2222 } }, facts = {} }
+    local d = { name = "10.0.0.1:22", config = { connection = { address = "10.0.0.1", port = 22 } }, facts = {} }
+    assert.are.same({ d, c, a, b }, acquire.order { a, b, c, d })
+  end)
+
+  it("meets a run that listed the hosts the other way round on the same first host, holding nothing", function()
+    local hosts = hosts_for(base, 3)
+    -- the other run took h1, the first host in the order, and is on its way to the others
+    hold(hosts[1])
+    local list = { hosts[3], hosts[2], hosts[1] }
+    local ctx = new_ctx(list)
+    run(function()
+      local ok, failures = execute(ctx, acquire, list)
+      assert.is_nil(ok)
+      assert.are.equal(1, #failures)
+      assert.are.equal(hosts[1], failures[1].host)
+      assert.matches("h1: another cargoship holds the lock .* dev@laptop", failures[1].err)
+      -- before any cleanup: this run never held h2 or h3, so the other run can take them
+      assert.is_false(exists(lockpath(hosts[2])))
+      assert.is_false(exists(lockpath(hosts[3])))
+      acquire.cleanup(ctx)
+    end)
+  end)
+
   it("fails on a later host that is held, and cleanup releases what it took", function()
     local hosts = hosts_for(base, 3)
     hold(hosts[3])
