@@ -143,7 +143,7 @@ function M:render_registries(cluster)
   if next(mirrors) then doc.mirrors = mirrors end
   if next(configs) then doc.configs = configs end
   local content = next(doc) and yaml.dump(doc) or "{}\n"
-  table.insert(files, 1, { path = self.registries_path, content = content, mode = "0640" })
+  table.insert(files, 1, { path = self.registries_path, content = content, mode = "0600" })
   return { files = files }
 end
 

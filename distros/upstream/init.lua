@@ -197,7 +197,7 @@ function M.render_registries(_, cluster)
       if t.insecure_skip_verify then lines[#lines + 1] = "  skip_verify = true" end
     end
     files[#files + 1] = { path = "/etc/containerd/certs.d/" .. r.name .. "/hosts.toml",
-                          content = table.concat(lines, "\n") .. "\n", mode = "0640" }
+                          content = table.concat(lines, "\n") .. "\n", mode = "0600" }
     files[#files + 1] = ca_file
   end
   return { files = files }

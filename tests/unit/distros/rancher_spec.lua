@@ -94,7 +94,7 @@ describe("rancher registries.yaml", function()
 
   it("mirrors for proxies, configs per config host, auth and TLS as the engine reads them", function()
     local files = rke2:render_registries({ registries = REGS }).files
-    assert.same({ "/etc/rancher/rke2/registries.yaml", "0640" }, { files[1].path, files[1].mode })
+    assert.same({ "/etc/rancher/rke2/registries.yaml", "0600" }, { files[1].path, files[1].mode })
     local r = loaded(files[1])
     assert.same({ endpoint = { "https://mirror.example:5000" }, rewrite = { ["^(.*)$"] = "lib/$1" } },
       r.mirrors["docker.io"])
