@@ -61,7 +61,7 @@ local function stage_entry(f, i, which, base, stage, overrides, work)
     local ok, why = pkg.perm(f.perm)
     if not ok then return nil, at .. ".perm: " .. why end
   end
-  -- upstream's k3s examples list an SELinux .rpm as a binary: copied, never installed, its
+  -- the Go tool's own example packages list an SELinux .rpm as a binary: copied, never installed, its
   -- %post never run (distro-package.md §14.4); refused here rather than shipped broken
   local sel = type(f.selector) == "table" and f.selector or {}
   local ext = tostring(f.target):match("%.(%a+)$")

@@ -12,7 +12,7 @@
 --     uploads to and phase 18 imports from (pkg as cargoship.package.read returns it)
 --   host_paths(pkg) -> {path...} in pkg.images order | nil, why
 -- An exported tarball is both an OCI archive (oci-layout, index.json) and a docker archive
--- (manifest.json with RepoTags): rke2/k3s import either, `ctr images import` too.
+-- (manifest.json with RepoTags): the engines import either, `ctr images import` too.
 local json = require "cargoship.json"
 local util = require "cargoship.util"
 

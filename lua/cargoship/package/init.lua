@@ -11,7 +11,7 @@
 --          aggregate, coverage ("full" | "files": M.verify; nil unbuilt),
 --          files = {entry..}, os_files = {entry..}, images = {ref..},
 --          image_config = {path, compression}, values_files = {..},
---          manifests = {path..} (spec.config.manifests: applied from the leader, upstream)}
+--          manifests = {path..} (spec.config.manifests: applied from the leader where the engine does not)}
 --   entry = {list = "files"|"os", index, name, staged (local path), target (full remote path),
 --            mode "0644", owner, group, symlinks = {..}, executable, selector = {package,
 --            profile, arch = {..}}}

@@ -8,8 +8,8 @@
 --          files = {{index (1-based), target, source (local staged path), sha256, package,
 --                    basename}} }
 -- Field rules (distro-package.md §7) are lua/cargoship/package/schema.lua's; `fapolicydExecutable` is our name for the
--- executable-rules text the newest upstream phase writes to 32-cargoship-executable.rules
--- (upstream names no source field). Staged files sit at <dir>/os/<index-1>/<basename(target)>.
+-- executable-rules text the Go tool's newest phase writes to 32-cargoship-executable.rules
+-- (the Go tool names no source field). Staged files sit at <dir>/os/<index-1>/<basename(target)>.
 local M = {}
 
 local function scalar(v)

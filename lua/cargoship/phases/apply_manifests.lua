@@ -1,6 +1,6 @@
 -- Phase "Apply manifests": the package's raw manifests (a CNI, typically), kubectl-applied from the leader in order.
 --
--- Upstream only (rke2 and k3s apply their manifests directory themselves): each path of
+-- Only for an engine that does not apply its manifests directory itself (engine.applies_manifests): each path of
 -- spec.config.manifests, delivered by "Upload files to hosts", is `kubectl apply -f` on the
 -- leader: a kube action, which the host retries while the API settles. A leader that was running the package's version
 -- before this run has them already: nothing to do.

@@ -1,8 +1,8 @@
--- Phase "Import images": for an engine that does not import uploaded tarballs itself (upstream), ctr imports each.
+-- Phase "Import images": where the engine does not import uploaded image tarballs itself, its import takes each.
 --
 -- The tarballs are the ones "Upload files to hosts" puts on the host, one per image of the
 -- package (pkg.images), at the path cargoship.package.images.host_path names for both phases.
--- rke2 and k3s import from their images directory at start, so they have nothing to do here;
+-- An engine that imports from its images directory at start has nothing to do here;
 -- nor has a node running the package's version.
 local common = require "cargoship.phases.lib.engine_common"
 local images = require "cargoship.package.images"

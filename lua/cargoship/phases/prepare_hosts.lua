@@ -2,13 +2,13 @@
 --
 -- What each host gets (distro-package.md §7, cluster-yaml.md §4.6):
 --   environment  the host's `environment` with the package's spec.config.os.env over it (the
---                package is applied afterwards upstream, so it wins), upserted into
+--                package is applied afterwards in the Go tool, so it wins), upserted into
 --                /etc/environment; then a step reconnects the session, so the phases after
 --                this one run in a login that read the new file (pam_env)
 --   sysctl       spec.config.os.sysctl as /etc/sysctl.d/99-cargoship.conf, written atomically
 --                and loaded with `sysctl -p` of that file
 --   modules      spec.config.os.kernel: /etc/modules-load.d/<m>.conf (boot) and modprobe now;
---                the load names every module that failed (upstream only persists and reboots)
+--                the load names every module that failed (the Go tool only persists and reboots)
 -- assess reads all of it in one round trip and returns only what differs: the file's bytes,
 -- and the live values (a sysctl the kernel holds differently is loaded again, a module the
 -- kernel lacks is loaded), so a converged host has nothing to do.

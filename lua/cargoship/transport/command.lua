@@ -272,7 +272,7 @@ function methods:exec(cmd, opts)
 end
 
 -- What a failed command said, for its error: its stderr's lines (the cause is often last,
--- after progress lines: dnf's "nothing provides", kubeadm's "[ERROR CRI]"), at most the
+-- after progress lines: dnf's "nothing provides", an engine's "[ERROR CRI]"), at most the
 -- first and the last ones, MAX_ERR_LINES in all with a marker, when there are more; nil when
 -- it said nothing.
 local MAX_ERR_LINES = 12
