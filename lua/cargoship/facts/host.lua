@@ -9,7 +9,12 @@
 -- holds: the packages the package manager will not move: `apt-mark showhold`, `dnf`/`yum
 --   versionlock list`, `zypper locks`, whichever the host has.
 -- services: through the host's service manager (host.os:service("is_active", name)).
+-- M.drift(file, want) -> nil when the host's file is what `want` ({content, mode?, owner?,
+--   group?}, a write record's fields) describes, else why not: "missing", "not a regular
+--   file", "different content", "mode 0640, not 0600", "owner a:b, not root:root": the same
+--   test host:apply's write makes, asked before the plan instead of during the run.
 -- The command builders and parsers are pure, for fixtures; every path and name is quoted.
+local digest = require "cargoship.digest"
 local shell = require "cargoship.shell"
 
 local M = {}
@@ -123,6 +128,21 @@ function M.parse_services(out, names)
     if name then services[name] = { active = status == "0" } end
   end
   return services
+end
+
+function M.drift(file, want)
+  if not file or not file.exists then return "missing" end
+  if file.unreadable then return "unreadable" end
+  if file.type ~= "file" then return "not a regular file (" .. tostring(file.type) .. ")" end
+  if file.sha256 ~= digest.sha256(want.content) then return "different content" end
+  if want.mode and octal(tostring(want.mode)) ~= file.mode then
+    return "mode " .. tostring(file.mode) .. ", not " .. octal(tostring(want.mode))
+  end
+  if (want.owner and want.owner ~= file.owner) or (want.group and want.group ~= file.group) then
+    return string.format("owner %s:%s, not %s:%s", tostring(file.owner), tostring(file.group),
+      want.owner or file.owner, want.group or file.group)
+  end
+  return nil
 end
 
 function M.gather(host, want)

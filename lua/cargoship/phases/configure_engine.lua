@@ -1,14 +1,18 @@
 -- Phase "Configure engine": the engine's config files, registries, policies and join tokens on every node with work.
 --
 -- A node running the package's version has nothing to do (engine_common.settled): config
--- drift on running nodes is the sync phases' business (engines.md §5.4). Elsewhere every file
--- of engine:static_files(node, cluster) is one write record (skipped by host:apply when
--- the host already has it); files an engine writes at join time (join_files) are the
--- Initialize phases'. An engine with secret_at_configure gets the join secret here: the
+-- drift on running nodes is the sync phases' business (engines.md §5.4). Elsewhere each file
+-- of engine:static_files(node, cluster) the host does not already hold (content, mode and
+-- owner, read in one round trip by facts.host) is one write record, and only missing
+-- directories are made: the plan lists what will change, not what might; files an engine
+-- writes at join time (join_files) are the Initialize phases'. The runtime (containerd) is
+-- restarted when one of its own files is written, else only enabled and started. An engine
+-- with secret_at_configure gets the join secret here: the
 -- leader's when it has one, else a new one (engine:new_secret over ctx:random bytes),
 -- written on each node as engine:secret_files says. Sets ctx.join_secret (nil otherwise).
 local action = require "cargoship.action"
 local common = require "cargoship.phases.lib.engine_common"
+local facts = require "cargoship.facts.host"
 local shell = require "cargoship.shell"
 
 local M = {
@@ -35,30 +39,55 @@ function M.prepare(ctx)
   return work
 end
 
+-- The paths to read: every file, then every directory holding one (in order of first use).
+local function paths_of(files)
+  local paths, dirs, seen = {}, {}, {}
+  for _, f in ipairs(files) do
+    paths[#paths + 1] = f.path
+    local d = f.path:match("^(.*)/[^/]*$")
+    if d and d ~= "" and not seen[d] then seen[d] = true; dirs[#dirs + 1] = d end
+  end
+  for _, d in ipairs(dirs) do paths[#paths + 1] = d end
+  return paths, dirs
+end
+
 function M.assess(ctx, host)
   if not (ctx.engine and ctx.distro) or common.settled(host) then return {} end
   local eng, node = ctx.engine, common.node(host)
   local files = eng:static_files(node, common.cluster(ctx))
   local secret = eng.secret_at_configure and eng:secret_files(node, ctx.join_secret) or {}
-  -- host:apply writes beside the target: the directories must exist first
-  local dirs, seen = {}, {}
-  local function dir_of(path)
-    local d = path:match("^(.*)/[^/]*$")
-    if d and d ~= "" and not seen[d] then seen[d] = true; dirs[#dirs + 1] = d end
+  local all = {}
+  for _, f in ipairs(files) do all[#all + 1] = f end
+  for _, a in ipairs(secret) do all[#all + 1] = a end
+  local paths, dirs = paths_of(all)
+  local have, err = facts.gather(host, { files = paths })
+  if not have then error(err, 0) end
+  local missing = {}
+  for _, d in ipairs(dirs) do
+    local f = have.files[d]
+    if not (f and f.exists and f.type == "dir") then missing[#missing + 1] = d end
   end
-  for _, f in ipairs(files) do dir_of(f.path) end
-  for _, a in ipairs(secret) do dir_of(a.path) end
-  local out = { action.run { cmd = "mkdir -p -- " .. shell.words(table.unpack(dirs)),
-                             say = "create " .. table.concat(dirs, ", ") } }
+  local out = {}
+  if #missing > 0 then
+    out[1] = action.run { cmd = "mkdir -p -- " .. shell.words(table.unpack(missing)),
+                         say = "create " .. table.concat(missing, ", ") }
+  end
+  local runtime_paths, runtime_written = {}, false
+  for _, f in ipairs(eng.runtime_files and eng:runtime_files() or {}) do runtime_paths[f.path] = true end
   for _, f in ipairs(files) do
-    out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
+    if facts.drift(have.files[f.path], f) then
+      out[#out + 1] = action.write { path = f.path, content = f.content, mode = f.mode, secret = true }
+      runtime_written = runtime_written or runtime_paths[f.path] == true
+    end
   end
-  -- the runtime reads its new config.toml only when it starts
+  -- the runtime reads its config.toml only when it starts
   for _, svc in ipairs(eng.runtime_services or {}) do
     out[#out + 1] = action.service { verb = "enable", service = svc }
-    out[#out + 1] = action.service { verb = "restart", service = svc }
+    out[#out + 1] = action.service { verb = runtime_written and "restart" or "start", service = svc }
   end
-  for _, a in ipairs(secret) do out[#out + 1] = a end
+  for _, a in ipairs(secret) do
+    if a.kind ~= "write" or facts.drift(have.files[a.path], a) then out[#out + 1] = a end
+  end
   return out
 end
 

@@ -100,3 +100,24 @@ describe("facts.host", function()
     assert.are.equal(0, h.conn.sent)
   end)
 end)
+
+describe("facts.host.drift", function()
+  local digest = require "cargoship.digest"
+  local file = { exists = true, type = "file", mode = "0600", owner = "root", group = "root",
+                 sha256 = digest.sha256("a\n") }
+
+  it("says nothing when content, mode and owner are what a write wants", function()
+    assert.is_nil(facts.drift(file, { content = "a\n", mode = "0600" }))
+    assert.is_nil(facts.drift(file, { content = "a\n", mode = "600", owner = "root", group = "root" }))
+    assert.is_nil(facts.drift(file, { content = "a\n" }))
+  end)
+
+  it("says why not, in the words a dry run shows", function()
+    assert.equal("missing", facts.drift({ exists = false }, { content = "a\n" }))
+    assert.equal("missing", facts.drift(nil, { content = "a\n" }))
+    assert.equal("different content", facts.drift(file, { content = "b\n", mode = "0600" }))
+    assert.equal("mode 0600, not 0640", facts.drift(file, { content = "a\n", mode = "0640" }))
+    assert.equal("owner root:root, not etcd:root", facts.drift(file, { content = "a\n", owner = "etcd" }))
+    assert.equal("not a regular file (link)", facts.drift({ exists = true, type = "link" }, { content = "a\n" }))
+  end)
+end)

@@ -28,7 +28,13 @@ local function conn(name, rules)
         return r[2] or "", r[3] or 0
       end
     end
-    return "", 0
+    -- a batched probe (host:probes) no rule answers: every key answers empty (facts.host reads
+    -- that as "no such file"), as a fresh host does
+    local batched = {}
+    for key in cmd:gmatch("printf '\\036cs%-begin:%%s\\n' '([^']+)'") do
+      batched[#batched + 1] = "\30cs-begin:" .. key .. "\n\30cs-end:" .. key .. ":0\n"
+    end
+    return table.concat(batched), 0
   end
   function c.exec(_, cmd)
     local out, code = answer(cmd)
@@ -344,6 +350,65 @@ describe("Configure engine", function()
       assert.equal(ctx.join_secret.agent_token .. "\n", contents["/etc/rancher/k3s/agent-token"])
       assert.is_nil(contents["/etc/rancher/k3s/token"])
     end)
+end)
+
+describe("Configure engine plans from what the host holds", function()
+  local phase = require "cargoship.phases.configure_engine"
+  local digest = require "cargoship.digest"
+
+  -- A probe rule answering facts.host's file lines: `have` maps path -> {content, mode} (a
+  -- regular file, root:root) or "dir"; anything else is missing.
+  local function holding(have)
+    return { "cs_file()", fn = function(cmd)
+      local lines = {}
+      for path, i in cmd:gmatch("cs_file '([^']+)' (%d+)") do
+        local h = have[path]
+        if h == "dir" then lines[#lines + 1] = i .. " Y dir 755 root root -"
+        elseif h then
+          lines[#lines + 1] = string.format("%s Y file %s root root %s", i, h.mode, digest.sha256(h.content))
+        else lines[#lines + 1] = i .. " N" end
+      end
+      return "\30cs-begin:files\n" .. table.concat(lines, "\n") .. "\n\30cs-end:files:0\n", 0
+    end }
+  end
+
+  local function kinds(acts)
+    local out = {}
+    for _, a in ipairs(acts) do out[#out + 1] = a.kind .. " " .. (a.path or a.cmd or "") end
+    return out
+  end
+
+  it("writes only the files that differ and makes only the missing directories", function()
+    local probe = host("cp1", "controller", {})
+    local ctx0 = context({ probe })
+    ctx0.leader = probe
+    local fresh = run(function() return phase.assess(ctx0, probe) end)
+    local want, have = {}, {}
+    for _, a in ipairs(fresh) do
+      if a.kind == "write" then
+        want[#want + 1] = a
+        have[a.path] = { content = a.content, mode = (a.mode or "0600"):gsub("^0", "") }
+        have[a.path:match("^(.*)/[^/]*$")] = "dir"
+      end
+    end
+    assert.is_true(#want >= 3, "a fresh controller gets several files")
+    assert.equal("run", fresh[1].kind, "a fresh host gets its directories made")
+    -- the host holds every file, one with other content and one with another mode
+    have[want[1].path] = { content = "old\n", mode = have[want[1].path].mode }
+    have[want[2].path] = { content = want[2].content, mode = "644" }
+    local cp1 = host("cp1", "controller", { holding(have) })
+    local ctx = context({ cp1 })
+    ctx.leader = cp1
+    local acts = run(function() return phase.assess(ctx, cp1) end)
+    assert.same({ "write " .. want[1].path, "write " .. want[2].path }, kinds(acts))
+    -- and a host holding all of it has nothing planned at all
+    have[want[1].path] = { content = want[1].content, mode = (want[1].mode or "0600"):gsub("^0", "") }
+    have[want[2].path] = { content = want[2].content, mode = (want[2].mode or "0600"):gsub("^0", "") }
+    local cp2 = host("cp1", "controller", { holding(have) })
+    local ctx2 = context({ cp2 })
+    ctx2.leader = cp2
+    assert.same({}, kinds(run(function() return phase.assess(ctx2, cp2) end)))
+  end)
 end)
 
 describe("Configure engine, with the context's random source pinned", function()
