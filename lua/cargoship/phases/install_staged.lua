@@ -20,9 +20,11 @@ local M = {
   creates = { "engine_installed" },
 }
 
--- The Initialize phases work only with an engine and a package (initialize.lua).
+-- The Initialize phases work only with an engine and a package (initialize.lua), and only
+-- when this run walks them (--skip-phases 18-22 leaves the install to this phase).
+local INITIALIZE = { controller = "initialize_controller", worker = "initialize_worker" }
 local function initialized(ctx, h)
-  return ctx.engine ~= nil and ctx.distro ~= nil and common.installs(h)
+  return ctx.engine ~= nil and ctx.distro ~= nil and common.installs(h) and ctx:runs(INITIALIZE[h.role] or "")
 end
 
 function M.prepare(ctx)

@@ -271,6 +271,12 @@ function Context.sleep(_, seconds) loop.sleep(seconds) end
 -- check() -> value.. when done | nil, why-not-yet; it runs at once and then every
 -- `interval` seconds (default 1) until done or `timeout` seconds (default 300) have passed;
 -- then why is check's last why-not-yet. check may raise.
+-- ctx:runs(id) -> whether this pass walks the phase `id` (the runner sets ctx.phase_ids; a
+-- context no runner drives, as the repl's, walks every phase).
+function Context:runs(id)
+  return self.phase_ids == nil or self.phase_ids[id] == true
+end
+
 function Context:wait_until(check, o)
   o = o or {}
   local limit, interval = o.timeout or 300, o.interval or 1

@@ -496,6 +496,10 @@ function M.run(ctx, phases, opts)
   if not ok then error("pipeline refused before it ran:\n  " .. table.concat(problems, "\n  "), 0) end
   local position = {}
   for i, h in ipairs(ctx.hosts) do position[h] = i end
+  -- which phases this pass walks (--skip-phases leaves some out): ctx:runs(id) answers phases
+  -- that leave work to a later one
+  ctx.phase_ids = {}
+  for _, phase in ipairs(phases) do ctx.phase_ids[phase.id] = true end
   local report = new_report(ctx, phases, opts.pipeline)
   local run = setmetatable({
     ctx = ctx, phases = phases, report = report, position = position,

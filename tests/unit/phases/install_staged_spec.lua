@@ -2,9 +2,12 @@
 local phase = require "cargoship.phases.install_staged"
 local os_registry = require "cargoship.os"
 
+local Context = require("cargoship.pipeline.context").Context
+
 local function ctx_for(os_files)
-  return { distro = { type = "rke2", version = "1.35.4-rke2r1", os_files = os_files, files = {}, images = {},
-                      image_config = {} }, hosts = {}, options = {} }
+  return setmetatable({ distro = { type = "rke2", version = "1.35.4-rke2r1", os_files = os_files, files = {},
+                                   images = {}, image_config = {} }, hosts = {}, options = {} },
+                      { __index = Context })
 end
 
 local function staged_file(content)
@@ -87,6 +90,13 @@ describe("phase install_staged", function()
     local unjoined = h("unjoined", { running = true, joined = false, action = "upgrade" })
     ctx.hosts = { fresh, stopped, upgrading, unjoined }
     assert.same({ stopped, upgrading }, phase.prepare(ctx))
+    -- a run that walks the Initialize phases, as the runner says: the same
+    ctx.phase_ids = { initialize_controller = true, initialize_worker = true, install_staged = true }
+    assert.same({ stopped, upgrading }, phase.prepare(ctx))
+    -- --skip-phases 18-22: no Initialize phase runs, so every host with staged files is this phase's
+    ctx.phase_ids = { install_staged = true }
+    assert.same({ fresh, stopped, upgrading, unjoined }, phase.prepare(ctx))
+    ctx.phase_ids = nil
     -- without an engine no Initialize phase runs: every host with staged files is this phase's
     ctx.engine = nil
     assert.same({ fresh, stopped, upgrading, unjoined }, phase.prepare(ctx))
