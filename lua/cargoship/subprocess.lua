@@ -8,6 +8,7 @@
 --     /dev/null). A program that exits without reading it all is not an error.
 --   opts.on_stdout(chunk): called with each piece of stdout as it arrives, instead of
 --     collecting it (stdout is then returned as ""). It must not wait.
+--   opts.on_stderr(chunk): the same for stderr (returned as "").
 --   opts.stderr = "stdout": stderr merged into stdout (stderr is then returned as "").
 --   opts.env, opts.clear_env, opts.cwd: as proc.spawn (env is laid over ours).
 --   opts.timeout: seconds for the whole run; past it the process group is killed, and the
@@ -47,7 +48,7 @@ local function start_helpers(p, opts, deadline, errs)
   end
   if opts.stderr ~= "stdout" then
     helpers[#helpers + 1] = loop.spawn(function()
-      return drain(p, "stderr", deadline, function(s) errs[#errs + 1] = s end)
+      return drain(p, "stderr", deadline, opts.on_stderr or function(s) errs[#errs + 1] = s end)
     end)
   end
   return helpers
