@@ -137,11 +137,18 @@ function M.classify(stderr)
   return "closed"
 end
 
--- What ssh said, in a few lines (its host-key warning box is long).
+-- What ssh said, in a few lines: its warning boxes and advice dropped, the facts kept.
+local NOISE = { "^@", "^IT IS POSSIBLE", "^Someone could be", "^It is also possible", "^Please contact",
+  "^Add correct host key", "^%s*remove with", "^%s*ssh%-keygen %-f" }
 local function summary(stderr)
   local lines = {}
   for l in (stderr or ""):gmatch("[^\r\n]+") do
-    if l:find("%S") and not l:find("^@+$") and not l:find("^@") then lines[#lines + 1] = l end
+    local keep = l:find("%S") ~= nil
+    for _, pat in ipairs(NOISE) do keep = keep and not l:find(pat) end
+    if keep then
+      if #lines > 0 and lines[#lines]:find(" is$") then lines[#lines] = lines[#lines] .. " " .. l
+      else lines[#lines + 1] = l end
+    end
   end
   if #lines > 6 then lines = { lines[1], "...", table.unpack(lines, #lines - 3) } end
   return #lines > 0 and table.concat(lines, "; ") or "ssh said nothing"
