@@ -112,8 +112,8 @@ local function write_cluster(file, n)
     "spec:", "  config:", "    loadbalancer: h1.lab.internal", "  hosts:" }
   for i = 1, math.min(n, #all) do
     hosts[i] = all[i]
-    lines[#lines + 1] = string.format("    - role: %s\n      ssh:\n        address: %s\n        user: root\n"
-      .. "        keyPath: %s", i == 1 and "controller" or "worker", all[i].address, lab.key)
+    lines[#lines + 1] = string.format("    - role: %s\n      %s", i == 1 and "controller" or "worker",
+      lab.block(all[i], { user = "root" }))
   end
   local f = assert(io.open(file, "wb"))
   f:write(table.concat(lines, "\n"), "\n")

@@ -236,8 +236,9 @@ mkdir -- "$base/$me" && printf '%s\n' "$owner" >"$base/$me/owner"
 local function run_dir(kind)
   if RUN.dir then return RUN.dir end
   if RUN.making then
-    RUN.making:acquire()
-    RUN.making:release()
+    local sem = RUN.making
+    sem:acquire()
+    sem:release()   -- the next one waiting
     if RUN.dir then return RUN.dir end
     return nil, RUN.err
   end
