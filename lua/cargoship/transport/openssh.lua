@@ -321,12 +321,13 @@ local function run_client(self, op, argv, opts)
     end
     return nil, self.name .. ": " .. op .. ": " .. tostring(err), status
   end
-  if status == 255 then
-    -- the master may have gone meanwhile: say so rather than "no exit status"
-    loop.sleep(0)
-    why = broken(self, op)
-    if why then return nil, why, "closed" end
+  if status == 255 and self.master and not self.lost then
+    -- the master may be going (its channel closed first): wait a moment for its end, to say
+    -- why rather than "no exit status"
+    if self.gone:acquire(1) then self.gone:release() end
   end
+  why = status == 255 and broken(self, op)
+  if why then return nil, why, "closed" end
   return out, err, status, signal, tail
 end
 
@@ -468,12 +469,19 @@ local function start_master(self)
     local said = tail ~= "" and summary(tail) or ("the ssh master did not start within " .. limit .. " s")
     return nil, self.name .. ": connect: " .. said, M.classify(tail)
   end
+  self.gone = loop.semaphore(0)
   self.watch = loop.spawn(function()
     local status = p:wait()
     if not self.closed then
-      loop.sleep(0.05)   -- the last words on stderr
-      self.lost = "the ssh master exited (" .. tostring(status) .. "): " .. summary(tail)
+      pcall(self.errs.join, self.errs)   -- its last words: stderr ends with it
+      if tail:find("not responding", 1, true) then
+        self.lost = string.format("connection lost: no answer from the host for %d s (keepalive every %d s, %d missed)",
+          self.keepalive * self.count_max, self.keepalive, self.count_max)
+      else
+        self.lost = "connection lost: the ssh master exited (" .. tostring(status) .. "): " .. summary(tail)
+      end
     end
+    self.gone:release()
   end)
   return true
 end
