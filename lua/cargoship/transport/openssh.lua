@@ -33,6 +33,8 @@ M.READY = "cargoship-master-ready"
 
 local POLICY = { strict = "yes", ["accept-new"] = "accept-new", off = "no" }
 M.KEEPALIVE, M.KEEPALIVE_COUNT_MAX = 10, 3
+-- Channels at once per host: sshd's MaxSessions default.
+M.MAX_SESSIONS = 10
 
 local function expand_home(path, env)
   if path and path:sub(1, 2) == "~/" then
@@ -187,6 +189,16 @@ local function uid()
   return status:match("\nUid:%s*(%d+)") or "0"
 end
 
+-- The home directory OpenSSH means by ~ (the passwd entry's, not $HOME); "" when unknown.
+function M.passwd_home()
+  local me = uid()
+  for line in (read_file("/etc/passwd") or ""):gmatch("[^\n]+") do
+    local id, home = line:match("^[^:]*:[^:]*:(%d+):[^:]*:[^:]*:([^:]*):")
+    if id == me then return home end
+  end
+  return ""
+end
+
 -- The directory of every run's masters: the user's runtime directory, else a 0700 one in /tmp.
 function M.base_dir(env)
   env = env or os.getenv
@@ -273,6 +285,7 @@ M._sentinel = setmetatable({}, { __gc = function()
     pcall(s.master.close, s.master)
     os.remove(s.socket)
     os.remove(s.pidfile)
+    os.remove(s.logfile)
   end
   RUN.live, RUN.nlive = {}, 0
   remove_run_dir()
@@ -300,6 +313,30 @@ local function broken(self, op)
   if self.lost then return self.name .. ": " .. op .. ": " .. self.lost end
 end
 
+-- The master's log (ssh -E): what it says about a failed connect, a lost host.
+local function master_log(self)
+  return read_file(self.logfile) or ""
+end
+
+-- Why the master is gone, once it is: ServerAlive's words become the keepalive's.
+local function lost_reason(self, status)
+  local log = master_log(self)
+  if log:find("not responding", 1, true) then
+    return string.format("connection lost: no answer from the host for %d s (keepalive every %d s, %d missed)",
+      self.keepalive * self.count_max, self.keepalive, self.count_max)
+  end
+  return "connection lost: the ssh master exited (" .. tostring(status) .. "): " .. summary(log)
+end
+
+-- After a client failed (255): has the master ended? It is given a second to end (its
+-- channels close before it exits). Shielded: a cancelled wait on a process kills it.
+local function check_master(self)
+  local p = self.master
+  if not p or self.lost or self.closed then return end
+  local ok, status = pcall(loop.shield, p.wait, p, 1)
+  if ok and status then self.lost = lost_reason(self, status) end
+end
+
 -- Runs one ssh client to its end; a failure of ssh itself (exit 255 with the master gone)
 -- becomes "closed" with ssh's words.
 local function run_client(self, op, argv, opts)
@@ -314,18 +351,23 @@ local function run_client(self, op, argv, opts)
       on_stderr(chunk)
     end
   end
-  local out, err, status, signal = subprocess.run(argv, o)
+  -- sshd opens at most MaxSessions (10) channels per connection and refuses the rest: the
+  -- others wait here for a free one, as libssh2's control gate makes them wait
+  self.gate:acquire()
+  self.nchannels = self.nchannels + 1
+  local r = table.pack(pcall(subprocess.run, argv, o))
+  self.nchannels = self.nchannels - 1
+  self.gate:release()
+  if not r[1] then error(r[2], 0) end
+  local out, err, status, signal = table.unpack(r, 2, r.n)
   if not out then
     if status == "timeout" then
       return nil, string.format("%s: %s: timed out after %s s", self.name, op, opts.timeout), "timeout"
     end
     return nil, self.name .. ": " .. op .. ": " .. tostring(err), status
   end
-  if status == 255 and self.master and not self.lost then
-    -- the master may be going (its channel closed first): wait a moment for its end, to say
-    -- why rather than "no exit status"
-    if self.gone:acquire(1) then self.gone:release() end
-  end
+  -- the master may be gone or going (its channels close first): say why, rather than "no exit status"
+  if status == 255 then check_master(self) end
   why = status == 255 and broken(self, op)
   if why then return nil, why, "closed" end
   return out, err, status, signal, tail
@@ -394,7 +436,7 @@ end
 
 -- What the transport reports about the session (not part of the interface).
 function Session:info()
-  return { kind = "openssh", state = self:state(), socket = self.socket,
+  return { kind = "openssh", state = self:state(), socket = self.socket, channels = self.nchannels,
     master_pid = self.master and self.master_pid, multiplexing = self.master ~= nil }
 end
 
@@ -405,13 +447,13 @@ local function forget(self)
   end
   if self.socket then os.remove(self.socket) end
   if self.pidfile then os.remove(self.pidfile) end
+  if self.logfile then os.remove(self.logfile) end
 end
 
 -- TERM to the master (it ends its channels and unlinks its socket), at most 3 s for its exit.
 function Session:close()
   if self.closed then return end
   self.closed = true
-  if self.watch then self.watch:cancel() end
   local p = self.master
   if p then
     if loop.current() then
@@ -420,30 +462,25 @@ function Session:close()
       end)
     end
     p:close()
-    if self.errs then self.errs:cancel() end
   end
   forget(self)
 end
 
--- Starts the host's master and waits until it listens -> true | nil, msg, code
+-- Starts the host's master and waits until it listens -> true | nil, msg, code.
+-- No task waits on the master while it runs (a run's cancel-everything would cancel that
+-- wait, and cancelling a wait on a process kills it): it logs to a file (-E), and its end
+-- is learnt when a client fails, or at close.
 local function start_master(self)
   local argv = argv_for(self, "master")
-  local p, err, code = proc.spawn { argv = argv, stdin = "null", stdout = "pipe", stderr = "pipe" }
+  table.insert(argv, 2, "-E")
+  table.insert(argv, 3, self.logfile)
+  local p, err, code = proc.spawn { argv = argv, stdin = "null", stdout = "pipe", stderr = "null" }
   if not p then return nil, self.name .. ": connect: " .. err, code end
   self.master, self.master_pid = p, p:pid()
   RUN.live[self] = true
   RUN.nlive = RUN.nlive + 1
   local f = io.open(self.pidfile, "w")
   if f then f:write(self.master_pid, "\n") f:close() end
-  local tail = ""
-  self.errs = loop.spawn(function()
-    while true do
-      local chunk = p:read("stderr")
-      if not chunk or chunk == "" then return end
-      tail = (tail .. chunk):sub(-4096)
-    end
-  end)
-  self.stderr_tail = function() return tail end
   local limit = (self.kind.timeout or 30) * 2 + 5
   local deadline = loop.now() + limit
   local ok, ready = pcall(function()
@@ -455,35 +492,16 @@ local function start_master(self)
     end
     return true
   end)
-  if not ok or not ready then
-    if ok then
-      -- it ended (or hung): its exit, then the rest of what it said
-      pcall(p.wait, p, 2)
-      pcall(self.errs.join, self.errs)
-    end
-    self.closed = true
-    p:close()
-    self.errs:cancel()
-    forget(self)
-    if not ok then error(ready, 0) end
-    local said = tail ~= "" and summary(tail) or ("the ssh master did not start within " .. limit .. " s")
-    return nil, self.name .. ": connect: " .. said, M.classify(tail)
-  end
-  self.gone = loop.semaphore(0)
-  self.watch = loop.spawn(function()
-    local status = p:wait()
-    if not self.closed then
-      pcall(self.errs.join, self.errs)   -- its last words: stderr ends with it
-      if tail:find("not responding", 1, true) then
-        self.lost = string.format("connection lost: no answer from the host for %d s (keepalive every %d s, %d missed)",
-          self.keepalive * self.count_max, self.keepalive, self.count_max)
-      else
-        self.lost = "connection lost: the ssh master exited (" .. tostring(status) .. "): " .. summary(tail)
-      end
-    end
-    self.gone:release()
-  end)
-  return true
+  if ok and ready then return true end
+  -- it ended (or hung), or our task was cancelled: no master
+  if ok then pcall(loop.shield, p.wait, p, 2) end
+  local log = master_log(self)
+  self.closed = true
+  p:close()
+  forget(self)
+  if not ok then error(ready, 0) end
+  local said = log:find("%S") and summary(log) or ("the ssh master did not start within " .. limit .. " s")
+  return nil, self.name .. ": connect: " .. said, M.classify(log)
 end
 
 -- ---- the kind --------------------------------------------------------------------------------
@@ -491,14 +509,15 @@ end
 local Kind = {}
 Kind.__index = Kind
 
--- M.new(transport options): known_hosts (passed as UserKnownHostsFile only when it is not
--- ~/.ssh/known_hosts, which OpenSSH reads anyway, so ssh_config's own setting stays in force),
+-- M.new(transport options): known_hosts (passed as UserKnownHostsFile unless it is the file
+-- OpenSSH reads anyway, ~/.ssh/known_hosts of the passwd home, so that ssh_config's own
+-- setting stays in force when --known-hosts was not given),
 -- host_key_policy, timeout, env, keepalive, keepalive_count_max, log (function), ssh_program.
 function M.new(opts)
   opts = opts or {}
   local env = opts.env or os.getenv
   local kh = opts.known_hosts and expand_home(opts.known_hosts, env)
-  if kh and kh == (env("HOME") or "") .. "/.ssh/known_hosts" then kh = nil end
+  if kh and kh == M.passwd_home() .. "/.ssh/known_hosts" then kh = nil end
   return setmetatable({
     env = env, known_hosts = kh, policy = opts.host_key_policy, timeout = opts.timeout or 30,
     keepalive = opts.keepalive or M.KEEPALIVE,
@@ -526,7 +545,8 @@ end
 -- kind:open(c, name) -> session | nil, msg, code; c is the host's openSSH block.
 function Kind:open(c, name)
   name = name or c.address
-  local s = setmetatable({ kind = self, c = c, name = name }, Session)
+  local s = setmetatable({ kind = self, c = c, name = name, gate = loop.semaphore(M.MAX_SESSIONS), nchannels = 0 },
+    Session)
   s.keepalive = tonumber(option(c, "serveraliveinterval") or self.keepalive) or M.KEEPALIVE
   s.count_max = tonumber(option(c, "serveralivecountmax") or self.keepalive_count_max) or M.KEEPALIVE_COUNT_MAX
   if c.user then
@@ -547,6 +567,7 @@ function Kind:open(c, name)
     RUN.seq = RUN.seq + 1
     s.socket = dir .. "/" .. RUN.seq .. ".sock"
     s.pidfile = dir .. "/" .. RUN.seq .. ".pid"
+    s.logfile = dir .. "/" .. RUN.seq .. ".log"
     local ok, err, code = start_master(s)
     if not ok then return nil, err, code end
   end
