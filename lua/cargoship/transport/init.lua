@@ -79,7 +79,9 @@ Transport.__index = Transport
 --       passphrase = function(key_path) -> string|nil, max_unauthenticated = 16,
 --       max_per_endpoint = 6, keepalive = seconds (0: none), keepalive_count_max = n,
 --       run_id = string, session_kind = "libssh2"|"openssh" (what opens `ssh:` blocks),
---       ssh_program = "ssh" (the openssh kind's), log = function(line)}
+--       ssh_program = "ssh" (the openssh kind's), log = function(line),
+--       upload_transport = "libssh2"|"openssh"|"auto" (how libssh2 hosts' files are put:
+--       "openssh" through an ssh master per host, "auto" so for files of 32 MiB and more)}
 function M.new(opts)
   opts = opts or {}
   local kind = opts.session_kind or "libssh2"
@@ -120,8 +122,13 @@ end
 -- or "localhost".
 function Transport:connect(c, name)
   name = name or c.address
-  local session, err, code = self:session_kind(self:kind_for(c)):open(c, name)
+  local kind = self:kind_for(c)
+  local session, err, code = self:session_kind(kind):open(c, name)
   if not session then return nil, err, code end
+  local via = self.opts.upload_transport
+  if kind == "libssh2" and (via == "openssh" or via == "auto") then
+    session = require(KINDS.openssh).via(session, self:session_kind("openssh"), c, name, via)
+  end
   self.seq = self.seq + 1
   -- the login user: the block's, else the one the kind found (ssh_config's, or ours locally)
   local conn = connection.new(session, { name = name, user = session.user or c.user or "root",

@@ -504,6 +504,79 @@ local function start_master(self)
   return nil, self.name .. ": connect: " .. said, M.classify(log)
 end
 
+-- ---- uploads of libssh2 hosts through a master (--upload-transport) -----------------------------
+
+-- Files at least this big go through the system's ssh under --upload-transport auto:
+-- libssh2 encrypts on the loop's one thread, ssh in a process per host, on every core.
+M.AUTO_MIN_BYTES = 32 * 1024 * 1024
+
+-- An ssh: block as an openSSH: one (libssh2's own options dropped); nil for a host behind a
+-- bastion (its jump is libssh2's).
+function M.block_of(c)
+  if c.bastion then return nil end
+  local options = {}
+  for k, v in pairs(c.options or {}) do
+    if k:lower() ~= "identitypassphraseenv" then options[k] = v end
+  end
+  return { kind = "openssh", address = c.address, user = c.user or "root", port = c.port, key_path = c.key_path,
+    options = options }
+end
+
+local Via = {}
+Via.__index = function(self, k)
+  local m = rawget(Via, k)
+  if m then return m end
+  local inner = rawget(self, "inner")
+  local f = inner[k]
+  if type(f) == "function" then return function(_, ...) return f(inner, ...) end end
+  return f
+end
+
+-- The host's master for uploads, opened at the first put (hosts with nothing to upload pay nothing).
+local function via_session(self)
+  if self.session then return self.session end
+  if self.err then return nil, self.err, self.code end
+  if self.opening then
+    self.opening:acquire()
+    self.opening:release()
+    return self.session, self.err, self.code
+  end
+  self.opening = loop.semaphore(0)
+  local s, err, code = self.kind:open(self.block, self.name)
+  self.session, self.err, self.code = s, err, code
+  self.opening:release()
+  return s, err, code
+end
+
+function Via:put(local_path, remote, opts)
+  if self.mode == "auto" then
+    local size = file_size(local_path)
+    if not self.block or not size or size < M.AUTO_MIN_BYTES then return self.inner:put(local_path, remote, opts) end
+    local s = via_session(self)
+    if not s then return self.inner:put(local_path, remote, opts) end   -- auto: libssh2 is always there
+    return s:put(local_path, remote, opts)
+  end
+  if not self.block then
+    return nil, self.name .. ": put: --upload-transport openssh cannot reach a host behind a bastion", "io"
+  end
+  local s, err, code = via_session(self)
+  if not s then return nil, err, code end
+  return s:put(local_path, remote, opts)
+end
+
+function Via:close()
+  if self.session then self.session:close() end
+  self.inner:close()
+end
+
+-- M.via(inner, kind, c, name, mode) -> a session that is inner but puts through an openssh
+-- session of kind (mode "openssh": every file; "auto": files of AUTO_MIN_BYTES and more,
+-- libssh2 when the master cannot start).
+function M.via(inner, kind, c, name, mode)
+  return setmetatable({ inner = inner, kind = kind, block = M.block_of(c), name = name, mode = mode,
+    user = inner.user }, Via)
+end
+
 -- ---- the kind --------------------------------------------------------------------------------
 
 local Kind = {}
