@@ -127,6 +127,29 @@ describe("openSSH session kind", function()
     assert.matches("h1 | root\n", out, 1, true)
   end)
 
+  it("sends an ssh: host's uploads through an ssh master with upload_transport openssh", function()
+    local h = lab.host(1)
+    local src = lab.write(work .. "/via.bin", string.rep("via ", 300000))
+    local sum = util.sha256_file(src)
+    local r = {}
+    run(function()
+      local env = function(k) if k == "XDG_RUNTIME_DIR" then return xdg end return os.getenv(k) end
+      local t = transport.new { known_hosts = lab.known_hosts, timeout = 20, env = env, upload_transport = "openssh" }
+      local c = assert(t:connect({ kind = "ssh", address = h.address, user = "root", key_path = lab.key }, h.name))
+      assert.is_nil(c.session.session)   -- no master before the first upload
+      r.first = assert(c:upload(src, "/var/tmp/cs-via.bin", { mode = "0600" }))
+      r.master = c.session.session and c.session.session:info().master_pid
+      r.masters = masters()
+      r.sum = (c:exec("sha256sum /var/tmp/cs-via.bin; rm -f /var/tmp/cs-via.bin")):match("^%x+")
+      t:close_all()
+    end)
+    assert.is_false(r.first.skipped)
+    assert.is_truthy(r.master)
+    assert.are.equal(1, r.masters)
+    assert.are.equal(sum, r.sum)
+    assert.are.equal(0, masters())
+  end)
+
   describe("leaves no ssh master or socket behind", function()
     local path
     setup(function()
