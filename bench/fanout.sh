@@ -49,7 +49,7 @@ ossh() { timed xargs -a "$STATE/hosts-$N" -P "$N" -I{} ssh -n -F "$CFG" "$@" {} 
 [ "$(grep -c ' | Linux ' /tmp/cs-fanout.out)" = "$N" ] || { echo "cargoship exec did not reach all $N hosts" >&2; exit 1; }
 
 declare -A W C M F S
-LUAENV='package.path="'"$PWD"'/lua/?.lua;"..package.path; package.cpath="'"$PWD"'/build/lib/?.so;"..package.cpath'
+LUAENV='package.path="'"$PWD"'/lua/?.lua;'"$PWD"'/lua/?/init.lua;"..package.path; package.cpath="'"$PWD"'/build/lib/?.so;"..package.cpath'
 for i in $(seq "$RUNS"); do
   read -r w c m < <(cs_exec);                                   W[cs]+="$w "; C[cs]+="$c "; M[cs]+="$m "
   read -r w c m < <(ossh);                                      W[os]+="$w "; C[os]+="$c "
@@ -140,7 +140,7 @@ local ok, err = loop.run(function()
 end)
 assert(ok, err)
 LUA
-LUAENV='package.path="'"$PWD"'/lua/?.lua;"..package.path; package.cpath="'"$PWD"'/build/lib/?.so;"..package.cpath'
+LUAENV='package.path="'"$PWD"'/lua/?.lua;'"$PWD"'/lua/?/init.lua;"..package.path; package.cpath="'"$PWD"'/build/lib/?.so;"..package.cpath'
 read -r _ _ ma < <(timed lua5.4 -e "$LUAENV" /tmp/cs-alive.lua)
 read -r _ _ m0 < <(timed lua5.4 -e "$LUAENV; require 'cargoship.transport'" /dev/null)
 printf 'all %d sessions alive at once: %d KiB peak, %.1f KiB/host over the bare runtime (%d KiB)\n' \
@@ -153,7 +153,7 @@ local loop = require "cargoship.loop"
 local t = require("cargoship.transport").new { known_hosts = "$STATE/known_hosts" }
 local ok, err = loop.run(function()
   local c = assert(t:connect({ address = "$H1", user = "root", key_path = "$STATE/id_ed25519" }, "h1"))
-  assert(c.session:sftp_put("$STATE/big.bin", "/var/tmp/big.bin"))
+  assert(c.session:put("$STATE/big.bin", "/var/tmp/big.bin", { mode = 420 }))
 end)
 assert(ok, err)
 LUA
