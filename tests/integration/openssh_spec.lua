@@ -53,6 +53,15 @@ local function sockets()
   return tonumber(out:match("%d+"))
 end
 
+-- a process that has not ended (a zombie has)
+local function alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return false end
+  local stat = f:read("a")
+  f:close()
+  return stat:match("^.*%) (%a)") ~= "Z"
+end
+
 local function wait_until(cond, seconds)
   local t0 = util.now()
   while util.now() - t0 < seconds do
@@ -190,20 +199,23 @@ describe("openSSH session kind", function()
       assert.are.equal(0, sockets())
     end)
 
-    it("after Ctrl-C (SIGINT): the commands ended on the hosts, then the masters", function()
-      local pid = start_sleeping("int")
-      assert.are.equal(1, sleepers())
-      os.execute("kill -INT " .. pid)
-      assert.is_true(wait_until(function() return not io.open("/proc/" .. pid .. "/stat") end, 20))
-      assert.are.equal(0, masters())
-      assert.are.equal(0, sockets())
-      assert.are.equal(0, sleepers(), lab.read(work .. "/int.out"))
-    end)
+    -- Ctrl-C, and every other signal cargoship handles the same way
+    for _, sig in ipairs { "INT", "TERM", "HUP", "QUIT" } do
+      it("after SIG" .. sig .. ": the commands ended on the hosts, then the masters", function()
+        local pid = start_sleeping(sig:lower())
+        assert.are.equal(1, sleepers())
+        os.execute("kill -" .. sig .. " " .. pid)
+        assert.is_true(wait_until(function() return not alive(pid) end, 20))
+        assert.are.equal(0, masters())
+        assert.are.equal(0, sockets())
+        assert.are.equal(0, sleepers(), lab.read(work .. "/" .. sig:lower() .. ".out"))
+      end)
+    end
 
     it("after kill -9, by the next run", function()
       local pid = start_sleeping("kill")
       os.execute("kill -KILL " .. pid)
-      assert.is_true(wait_until(function() return not io.open("/proc/" .. pid .. "/stat") end, 10))
+      assert.is_true(wait_until(function() return not alive(pid) end, 10))
       -- what SIGKILL leaves: the masters, their sockets, the run's directory
       assert.are.equal(3, masters())
       assert.are.equal(3, sockets())

@@ -198,6 +198,7 @@ function M.apply_options(ctx, a)
     tmpdir = o.tmpdir,
     allow_downgrade = o.allow_downgrade,
     concurrent_uploads = o.concurrent_uploads,
+    upload_transport = o.upload_transport,
     known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
     host_key_policy = o.host_key_policy,
     ssh_timeout = o.ssh_timeout,
