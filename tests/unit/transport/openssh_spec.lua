@@ -273,8 +273,10 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
     sh(q(fake) .. " -M -N -S " .. q(dead .. "/1.sock") .. " -o LocalCommand=true -- h9 >/dev/null 2>&1 & echo $! >"
       .. q(dead .. "/1.pid"))
     local master = tonumber(read(dead .. "/1.pid"))
+    finally(function() sh("kill -9 " .. master .. " 2>/dev/null") end)   -- when the sweep did not
     -- a live run: a process of ours, with its start time
     local sleeper = tonumber(sh("sleep 30 >/dev/null 2>&1 & echo $!"))
+    finally(function() sh("kill " .. sleeper .. " 2>/dev/null") end)
     local st = read("/proc/" .. sleeper .. "/stat"):match("^.*%) (.*)$")
     local fields = {}
     for f in st:gmatch("%S+") do fields[#fields + 1] = f end
@@ -293,6 +295,5 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
     assert.is_nil(read(dead .. "/owner"))
     assert.is_truthy(read(live .. "/owner"))
     assert.are.same({ "closed the ssh masters of a dead run: " .. dead }, said)
-    sh("kill " .. sleeper)
   end)
 end)
