@@ -224,8 +224,9 @@ for d in "$base"/*/; do
   pid= st=
   [ -r "$d/owner" ] && read -r pid st <"$d/owner"
   if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
-    cur=$(sed 's/^.*) //' "/proc/$pid/stat" | cut -d' ' -f20)
-    [ "$cur" = "$st" ] && continue
+    # alive (not a zombie) and the same process (its start time): a live run's
+    set -f; set -- $(sed 's/^.*) //' "/proc/$pid/stat"); set +f
+    [ "$1" != Z ] && [ "${20}" = "$st" ] && continue
   fi
   for s in "$d"/*.sock; do
     [ -S "$s" ] && "$ssh" -F /dev/null -S "$s" -O exit cargoship-stale >/dev/null 2>&1

@@ -285,7 +285,15 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
     while not read(dead .. "/1.sock") and os.time() - t0 < 5 do sh("sleep 0.05") end
     assert.is_true(alive(master))
     local said = {}
+    local zdir = base .. "/4000003"
     run(function()
+      -- a run killed but not yet reaped: a zombie with the owner's pid and start time is dead too
+      local z = assert(require("cargoship.proc").spawn { argv = { "true" }, stdout = "null", stderr = "null" })
+      while not (read("/proc/" .. z:pid() .. "/stat") or ""):match("^.*%) Z") do loop.sleep(0.01) end
+      local zf = {}
+      for f in read("/proc/" .. z:pid() .. "/stat"):match("^.*%) (.*)$"):gmatch("%S+") do zf[#zf + 1] = f end
+      sh("mkdir -m 700 " .. q(zdir))
+      write(zdir .. "/owner", z:pid() .. " " .. zf[20] .. "\n")
       local t = new { log = function(line) said[#said + 1] = line end }
       assert(t:connect({ kind = "openssh", address = "h1", user = "root" }, "h1"))
       t:close_all()
@@ -294,6 +302,9 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
     assert.is_false(alive(master))
     assert.is_nil(read(dead .. "/owner"))
     assert.is_truthy(read(live .. "/owner"))
-    assert.are.same({ "closed the ssh masters of a dead run: " .. dead }, said)
+    assert.is_nil(read(zdir .. "/owner"))
+    table.sort(said)
+    assert.are.same({ "closed the ssh masters of a dead run: " .. dead,
+      "closed the ssh masters of a dead run: " .. zdir }, said)
   end)
 end)
