@@ -343,15 +343,8 @@ end
 local function run_client(self, op, argv, opts)
   local why = broken(self, op)
   if why then return nil, why, "closed" end
-  local tail = ""
-  local o = { stdin = opts.stdin, timeout = opts.timeout ~= 0 and opts.timeout or nil, on_stdout = opts.on_stdout }
-  local on_stderr = opts.on_stderr
-  if on_stderr then
-    o.on_stderr = function(chunk)
-      tail = (tail .. chunk):sub(-2048)
-      on_stderr(chunk)
-    end
-  end
+  local o = { stdin = opts.stdin, timeout = opts.timeout ~= 0 and opts.timeout or nil, on_stdout = opts.on_stdout,
+    on_stderr = opts.on_stderr }
   -- sshd opens at most MaxSessions (10) channels per connection and refuses the rest: the
   -- others wait here for a free one, as libssh2's control gate makes them wait
   self.gate:acquire()
@@ -371,7 +364,7 @@ local function run_client(self, op, argv, opts)
   if status == 255 then check_master(self) end
   why = status == 255 and broken(self, op)
   if why then return nil, why, "closed" end
-  return out, err, status, signal, tail
+  return out, err, status, signal
 end
 
 function Session:exec(cmd, opts)
