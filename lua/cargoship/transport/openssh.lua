@@ -444,7 +444,10 @@ local function forget(self)
   if self.logfile then os.remove(self.logfile) end
 end
 
--- TERM to the master (it ends its channels and unlinks its socket), at most 3 s for its exit.
+-- TERM to the master (it ends its channels and unlinks its socket); one that has not ended
+-- 0.5 s later is killed (a master TERMed just as a channel closes sometimes goes on: seen
+-- taking the whole 3 s a longer wait gave it), and its socket removed here.
+M.CLOSE_GRACE = 0.5
 function Session:close()
   if self.closed then return end
   self.closed = true
@@ -452,7 +455,7 @@ function Session:close()
   if p then
     if loop.current() then
       pcall(loop.shield, function()
-        if p:kill("TERM") then p:wait(3) end
+        if p:kill("TERM") then p:wait(M.CLOSE_GRACE) end
       end)
     end
     p:close()
