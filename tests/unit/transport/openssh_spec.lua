@@ -308,3 +308,90 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
       "closed the ssh masters of a dead run: " .. zdir }, said)
   end)
 end)
+
+describe("uploads of ssh: hosts through a master (upload_transport)", function()
+  local dir, small, big
+  before_each(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    sh("mkdir -p " .. q(dir))
+    small, big = dir .. "/small", dir .. "/big"
+    write(small, "x")
+    write(big, string.rep("y", 100))
+  end)
+  after_each(function() os.execute("rm -rf " .. q(dir)) end)
+
+  -- A session that records what it was asked; a kind whose open can fail.
+  local function recorder(name)
+    local s = { name = name, puts = {}, user = "root" }
+    function s.put(_, path) s.puts[#s.puts + 1] = path return 1 end
+    function s.exec() return "out", "", 0 end
+    function s.state() return "ready" end
+    function s.close() s.closed = true end
+    return s
+  end
+  local function kind(fail)
+    local k = { opened = 0, session = recorder("master") }
+    function k.open(_, c)
+      k.opened = k.opened + 1
+      k.block = c
+      if fail then return nil, "h: connect: refused", "refused" end
+      return k.session
+    end
+    return k
+  end
+  local block = { kind = "ssh", address = "h", user = "u", port = 2, key_path = "/k",
+    options = { IdentityPassphraseEnv = "P", Ciphers = "c" } }
+
+  it("openssh: every file through the host's one master, opened at the first put, the rest is the inner session",
+    function()
+      local inner, k = recorder("inner"), kind()
+      local s = openssh.via(inner, k, block, "h", "openssh")
+      assert.are.equal(0, k.opened)
+      assert.are.same({ "out", "", 0 }, { s:exec("true") })
+      assert.are.equal("ready", s:state())
+      run(function()
+        s:put(small, "/a")
+        s:put(big, "/b")
+      end)
+      assert.are.equal(1, k.opened)
+      assert.are.same({ small, big }, k.session.puts)
+      assert.are.same({}, inner.puts)
+      -- the ssh: block as an openSSH: one, libssh2's own option dropped
+      assert.are.same({ kind = "openssh", address = "h", user = "u", port = 2, key_path = "/k",
+        options = { Ciphers = "c" } }, k.block)
+      s:close()
+      assert.is_true(inner.closed and k.session.closed)
+    end)
+
+  it("auto: big files through the master, small ones and a master that cannot start through libssh2", function()
+    local saved = openssh.AUTO_MIN_BYTES
+    openssh.AUTO_MIN_BYTES = 50
+    finally(function() openssh.AUTO_MIN_BYTES = saved end)
+    local inner, k = recorder("inner"), kind()
+    local s = openssh.via(inner, k, block, "h", "auto")
+    run(function()
+      s:put(small, "/a")
+      s:put(big, "/b")
+    end)
+    assert.are.same({ small }, inner.puts)
+    assert.are.same({ big }, k.session.puts)
+    local inner2, k2 = recorder("inner"), kind(true)
+    local s2 = openssh.via(inner2, k2, block, "h", "auto")
+    run(function() s2:put(big, "/b") end)
+    assert.are.same({ big }, inner2.puts)
+    -- openssh, not auto: the failure is the host's
+    local s3 = openssh.via(recorder("inner"), kind(true), block, "h", "openssh")
+    local ok, err, code = run(function() return s3:put(big, "/b") end)
+    assert.is_nil(ok)
+    assert.are.equal("refused", code)
+    assert.are.equal("h: connect: refused", err)
+    -- behind a bastion: libssh2's jump, so auto keeps libssh2 and openssh says why
+    local behind = { kind = "ssh", address = "h", bastion = { address = "b" } }
+    local inner4 = recorder("inner")
+    run(function() openssh.via(inner4, kind(), behind, "h", "auto"):put(big, "/b") end)
+    assert.are.same({ big }, inner4.puts)
+    local _, berr = run(function() return openssh.via(recorder("i"), kind(), behind, "h", "openssh"):put(big, "/b") end)
+    assert.matches("behind a bastion", berr, 1, true)
+  end)
+end)
