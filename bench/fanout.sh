@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # bench/fanout.sh - cargoship exec vs OpenSSH fan-out on lab hosts; SFTP upload vs OpenSSH sftp.
 #
-# Usage: bench/fanout.sh [N]   (default 50 hosts; also measures memory at 200 hosts)
-# Brings up its own lab (prefix csbn, 10.249.0.0/24, runit hosts: cheapest to start), runs
+# Usage: bench/fanout.sh [N]   (default 50 hosts; also measures memory at 200 hosts, BIG_HOSTS)
+# Both session kinds side by side: `cargoship exec` over ssh: blocks (libssh2) and over
+# openSSH: blocks (the system's ssh, one ControlMaster per host), and for each a first
+# command (connect included) and a second one over the same sessions/masters.
+# Brings up its own lab (prefix csbn, 10.249.0.0/24, or LAB_PREFIX/LAB_NET; runit hosts: cheapest to start), runs
 # every client inside the lab's network namespace, prints medians of RUNS runs and the
 # ratios the targets are stated in, then tears the lab down. Needs root and a build
 # (make). All clients and all sshds share this machine's cores: ratios transfer, absolute
@@ -12,13 +15,13 @@ cd "$(dirname "$0")/.."
 N=${1:-50}
 RUNS=${RUNS:-5}
 BIG=${BIG_HOSTS:-200}
-export LAB_PREFIX=csbn LAB_NET=10.249.0 LAB_INIT=runit LAB_OS=debian
+export LAB_PREFIX=${LAB_PREFIX:-csbn} LAB_NET=${LAB_NET:-10.249.0} LAB_INIT=runit LAB_OS=debian
 LAB=tests/lab/lab.sh
 STATE=/var/lib/cargoship-lab/$LAB_PREFIX
 BIN=$PWD/build/bin/cargoship
 [ -x "$BIN" ] || { echo "build first: make" >&2; exit 1; }
 command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)" >&2; exit 1; }
-trap '$LAB down >/dev/null 2>&1 || true; rm -f "$STATE"/big.bin "$STATE"/cluster-*.yaml "$STATE"/hosts-* "$STATE"/bench-inlab.sh; rmdir "$STATE" 2>/dev/null || true' EXIT
+trap '$LAB down >/dev/null 2>&1 || true; rm -f "$STATE"/big.bin "$STATE"/cluster-*.yaml "$STATE"/cs-sessions.lua "$STATE"/hosts-* "$STATE"/bench-inlab.sh; rmdir "$STATE" 2>/dev/null || true' EXIT
 
 $LAB up "$BIG" >/dev/null
 # a cluster file with only the first N hosts, for the wall-time comparison
@@ -45,7 +48,8 @@ ossh() { timed xargs -a "$STATE/hosts-$N" -P "$N" -I{} ssh -n -F "$CFG" "$@" {} 
 "$BIN" exec "$STATE/cluster-$N.yaml" --known-hosts "$STATE/known_hosts" -- uname -a >/tmp/cs-fanout.out
 [ "$(grep -c ' | Linux ' /tmp/cs-fanout.out)" = "$N" ] || { echo "cargoship exec did not reach all $N hosts" >&2; exit 1; }
 
-declare -A W C M
+declare -A W C M F S
+LUAENV='package.path="'"$PWD"'/lua/?.lua;'"$PWD"'/lua/?/init.lua;"..package.path; package.cpath="'"$PWD"'/build/lib/?.so;"..package.cpath'
 for i in $(seq "$RUNS"); do
   read -r w c m < <(cs_exec);                                   W[cs]+="$w "; C[cs]+="$c "; M[cs]+="$m "
   read -r w c m < <(ossh);                                      W[os]+="$w "; C[os]+="$c "
@@ -61,6 +65,53 @@ printf '%-44s %8.3f s   client CPU %7.2f ms/host\n' "OpenSSH ssh, KexAlgorithms=
 printf 'ratio cargoship/OpenSSH defaults:   %.2fx  (target <= 0.35x)\n' "$(awk -v a="$cw" -v b="$ow" 'BEGIN{print a/b}')"
 printf 'ratio cargoship/OpenSSH curve25519: %.2fx  (target <= 0.85x)\n' "$(awk -v a="$cw" -v b="$ocw" 'BEGIN{print a/b}')"
 printf 'cargoship client CPU per host:      %.2f ms (target <= 3 ms)\n' "$(awk -v c="$cc" -v n="$N" 'BEGIN{print c*1000/n}')"
+
+echo "== the openSSH session kind: the same hosts as openSSH: blocks, median of $RUNS runs"
+sed 's/^      ssh:/      openSSH:/' "$STATE/cluster-$N.yaml" > "$STATE/cluster-$N-openssh.yaml"
+cs_ossh() { timed "$BIN" exec "$STATE/cluster-$N-openssh.yaml" --known-hosts "$STATE/known_hosts" --concurrency "$N" -- uname -a; }
+"$BIN" exec "$STATE/cluster-$N-openssh.yaml" --known-hosts "$STATE/known_hosts" -- uname -a >/tmp/cs-fanout.out
+[ "$(grep -c ' | Linux ' /tmp/cs-fanout.out)" = "$N" ] || { echo "cargoship exec (openSSH) did not reach all $N hosts" >&2; exit 1; }
+# first command (sessions opened) and second command (over the same sessions), in one process
+cat > "$STATE/cs-sessions.lua" <<LUA
+local loop = require "cargoship.loop"
+local pool = require "cargoship.pool"
+local kind = arg[1]
+local t = require("cargoship.transport").new { known_hosts = "$STATE/known_hosts" }
+local hosts = {}
+for line in io.lines("$STATE/hosts.tsv") do hosts[#hosts + 1] = line:match("^%S+\t(%S+)") end
+hosts = { table.unpack(hosts, 1, $N) }
+local ok, err = loop.run(function()
+  local conns = {}
+  local t0 = loop.now()
+  local r = pool.map(hosts, #hosts, function(a)
+    local c = assert(t:connect({ kind = kind, address = a, user = "root", key_path = "$STATE/id_ed25519" }, a))
+    conns[a] = c
+    return assert(c:exec("uname -a"))
+  end)
+  local t1 = loop.now()
+  local r2 = pool.map(hosts, #hosts, function(a) return assert(conns[a]:exec("uname -a")) end)
+  local t2 = loop.now()
+  for i = 1, #hosts do assert(r[i].ok and r2[i].ok, tostring(r[i].err or r2[i].err)) end
+  print(string.format("%.4f %.4f", t1 - t0, t2 - t1))
+  t:close_all()
+end)
+assert(ok, err)
+LUA
+for i in $(seq "$RUNS"); do
+  read -r w c m < <(cs_ossh);                                   W[co]+="$w "; C[co]+="$c "
+  read -r f s < <(lua5.4 -e "$LUAENV" "$STATE/cs-sessions.lua" openssh);  F[o]+="$f "; S[o]+="$s "
+  read -r f s < <(lua5.4 -e "$LUAENV" "$STATE/cs-sessions.lua" ssh);      F[l]+="$f "; S[l]+="$s "
+done
+cow=$(m "${W[co]}"); coc=$(m "${C[co]}")
+fo=$(m "${F[o]}"); so=$(m "${S[o]}"); fl=$(m "${F[l]}"); sl=$(m "${S[l]}")
+printf '%-44s %8.3f s   client CPU %7.2f ms/host\n' "cargoship exec, ssh: (libssh2)" "$cw" "$(awk -v c="$cc" -v n="$N" 'BEGIN{print c*1000/n}')"
+printf '%-44s %8.3f s   client CPU %7.2f ms/host (ssh children included)\n' "cargoship exec, openSSH: (masters)" "$cow" "$(awk -v c="$coc" -v n="$N" 'BEGIN{print c*1000/n}')"
+printf '%-44s %8.3f s\n' "OpenSSH ssh, xargs -P $N (defaults)" "$ow"
+printf 'openSSH kind first command / OpenSSH xargs -P: %.2fx  (target <= 1.3x)\n' "$(awk -v a="$cow" -v b="$ow" 'BEGIN{print a/b}')"
+printf '%-12s first command %7.3f s, second over the same sessions %7.3f s: %6.1fx faster\n' \
+  "libssh2" "$fl" "$sl" "$(awk -v a="$fl" -v b="$sl" 'BEGIN{print a/b}')"
+printf '%-12s first command %7.3f s, second over the same masters  %7.3f s: %6.1fx faster (target >= 5x)\n' \
+  "openSSH" "$fo" "$so" "$(awk -v a="$fo" -v b="$so" 'BEGIN{print a/b}')"
 
 echo "== memory: peak RSS of cargoship exec"
 H1=$(awk '$1=="h1"{print $2}' "$STATE/hosts.tsv")
@@ -89,7 +140,7 @@ local ok, err = loop.run(function()
 end)
 assert(ok, err)
 LUA
-LUAENV='package.path="'"$PWD"'/lua/?.lua;"..package.path; package.cpath="'"$PWD"'/build/lib/?.so;"..package.cpath'
+LUAENV='package.path="'"$PWD"'/lua/?.lua;'"$PWD"'/lua/?/init.lua;"..package.path; package.cpath="'"$PWD"'/build/lib/?.so;"..package.cpath'
 read -r _ _ ma < <(timed lua5.4 -e "$LUAENV" /tmp/cs-alive.lua)
 read -r _ _ m0 < <(timed lua5.4 -e "$LUAENV; require 'cargoship.transport'" /dev/null)
 printf 'all %d sessions alive at once: %d KiB peak, %.1f KiB/host over the bare runtime (%d KiB)\n' \
@@ -102,7 +153,7 @@ local loop = require "cargoship.loop"
 local t = require("cargoship.transport").new { known_hosts = "$STATE/known_hosts" }
 local ok, err = loop.run(function()
   local c = assert(t:connect({ address = "$H1", user = "root", key_path = "$STATE/id_ed25519" }, "h1"))
-  assert(c.session:sftp_put("$STATE/big.bin", "/var/tmp/big.bin"))
+  assert(c.session:put("$STATE/big.bin", "/var/tmp/big.bin", { mode = 420 }))
 end)
 assert(ok, err)
 LUA

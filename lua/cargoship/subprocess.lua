@@ -8,6 +8,7 @@
 --     /dev/null). A program that exits without reading it all is not an error.
 --   opts.on_stdout(chunk): called with each piece of stdout as it arrives, instead of
 --     collecting it (stdout is then returned as ""). It must not wait.
+--   opts.on_stderr(chunk): the same for stderr (returned as "").
 --   opts.stderr = "stdout": stderr merged into stdout (stderr is then returned as "").
 --   opts.env, opts.clear_env, opts.cwd: as proc.spawn (env is laid over ours).
 --   opts.timeout: seconds for the whole run; past it the process group is killed, and the
@@ -34,11 +35,14 @@ local function drain(p, which, deadline, sink)
   end
 end
 
--- The helpers: a writer for stdin, a reader for stderr; each -> true | nil, why, code
+-- The helpers: a writer for stdin, a reader for stderr; each -> true | nil, why, code.
+-- They run shielded: a run started by shielded code (a cancelled command's cleanup) must not
+-- lose them to a later cancel-everything (the main task's end, a second signal). They end
+-- with the program's pipes, which M.run closes by killing its process group when it stops.
 local function start_helpers(p, opts, deadline, errs)
   local helpers = {}
   if opts.stdin then
-    helpers[#helpers + 1] = loop.spawn(function()
+    helpers[#helpers + 1] = loop.spawn(loop.shield, function()
       local ok, err, code = p:write(opts.stdin, remaining(deadline))
       p:close_stdin()
       if ok or code == "closed" then return true end
@@ -46,8 +50,8 @@ local function start_helpers(p, opts, deadline, errs)
     end)
   end
   if opts.stderr ~= "stdout" then
-    helpers[#helpers + 1] = loop.spawn(function()
-      return drain(p, "stderr", deadline, function(s) errs[#errs + 1] = s end)
+    helpers[#helpers + 1] = loop.spawn(loop.shield, function()
+      return drain(p, "stderr", deadline, opts.on_stderr or function(s) errs[#errs + 1] = s end)
     end)
   end
   return helpers

@@ -1,4 +1,4 @@
--- Integration specs of `cargoship exec` with the real binary on lab hosts.
+-- Integration specs of `cargoship exec` with the real binary on lab hosts, over lab.transport.
 local lab = require "integration.lab"
 
 -- A cluster file of the first n lab hosts named h1..hn (h1 the controller).
@@ -8,8 +8,8 @@ local function cluster(n)
   f:write("apiVersion: zarf.dev/v1alpha1\nkind: ZarfCluster\nmetadata: {name: exec}\n",
     "spec:\n  config: {loadbalancer: lb.lab.internal}\n  hosts:\n")
   for i, h in ipairs { table.unpack(lab.hosts(), 1, n) } do
-    f:write(string.format("    - role: %s\n      hostname: %s\n      ssh: {address: %s, keyPath: %s}\n",
-      i == 1 and "controller" or "worker", h.name, h.address, lab.key))
+    f:write(string.format("    - role: %s\n      hostname: %s\n      %s\n",
+      i == 1 and "controller" or "worker", h.name, lab.block(h)))
   end
   f:close()
   return path
@@ -61,7 +61,7 @@ describe("cargoship exec", function()
   it("runs as root with --sudo for a non-root login", function()
     local p = os.tmpname()
     local f = assert(io.open(p, "w"))
-    f:write((assert(io.open(path)):read("a"):gsub("ssh: {address", "ssh: {user: tb, address")))
+    f:write((assert(io.open(path)):read("a"):gsub("(%a+): {address", "%1: {user: tb, address")))
     f:close()
     local code, out = exec(p, "--hosts h1 --sudo -- id -un")
     os.remove(p)

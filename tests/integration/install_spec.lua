@@ -13,6 +13,7 @@
 -- Failures (k3s): a wrong join token, a server that fails to start and a worker whose
 -- controller it cannot reach fail naming the host and the cause; a re-run after the fix
 -- converges.
+-- With CARGOSHIP_LAB_TRANSPORT=openssh every cluster is mixed: ssh: and openSSH: hosts.
 -- Hosts come from the top of the lab (other specs use the bottom) and are reset (lab.sh
 -- reset: recreated as new) before each cluster and after the spec.
 local cjson = require "cjson"
@@ -66,10 +67,11 @@ end
 local function cluster(work, name, roles)
   local lines = { "apiVersion: zarf.dev/v1alpha1", "kind: ZarfCluster", "metadata:", "  name: " .. name,
     "spec:", "  config:", "    loadbalancer: " .. HOSTS[roles[1][1]].address, "  hosts:" }
-  for _, r in ipairs(roles) do
-    lines[#lines + 1] = string.format("    - role: %s\n      ssh:\n        address: %s\n"
+  for n, r in ipairs(roles) do
+    -- over lab.transport openssh the cluster is mixed: every second host an openSSH: block
+    lines[#lines + 1] = string.format("    - role: %s\n      %s:\n        address: %s\n"
       .. "        user: root\n        keyPath: %s\n        options: {UserKnownHostsFile: %s}",
-      r[2], HOSTS[r[1]].address, lab.key, lab.known_hosts)
+      r[2], (lab.openssh and n % 2 == 0) and "openSSH" or "ssh", HOSTS[r[1]].address, lab.key, lab.known_hosts)
   end
   lab.write(work .. "/cluster.yaml", table.concat(lines, "\n") .. "\n")
 end

@@ -32,11 +32,32 @@ function M.find(os_name, init)
   error("the lab has no " .. tostring(os_name) .. "/" .. tostring(init) .. " host")
 end
 
--- A connection config as the cluster loader normalizes it.
+-- The transport the host-facing specs run on: CARGOSHIP_LAB_TRANSPORT=libssh2 (the default,
+-- `ssh:` blocks) or openssh (`openSSH:` blocks, the system's ssh); ctest runs them once each.
+M.transport = os.getenv("CARGOSHIP_LAB_TRANSPORT") or "libssh2"
+assert(M.transport == "libssh2" or M.transport == "openssh",
+  "CARGOSHIP_LAB_TRANSPORT must be libssh2 or openssh, got " .. M.transport)
+M.openssh = M.transport == "openssh"
+
+-- A connection config as the cluster loader normalizes it, of the spec's transport.
 function M.conn(h, over)
-  local c = { kind = "ssh", address = h.address, port = 22, user = "root", key_path = M.key }
+  local c = { kind = M.openssh and "openssh" or "ssh", address = h.address, port = 22, user = "root", key_path = M.key }
   for k, v in pairs(over or {}) do c[k] = v end
   return c
+end
+
+-- The cluster file's connection block of a host for the spec's transport, as one YAML flow
+-- mapping: `ssh: {address: A, keyPath: K}` or `openSSH: {address: A, keyPath: K}`; extra
+-- fields (a table, written in sorted order) come first.
+function M.block(h, extra)
+  local fields = {}
+  local keys = {}
+  for k in pairs(extra or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do fields[#fields + 1] = k .. ": " .. tostring(extra[k]) end
+  fields[#fields + 1] = "address: " .. h.address
+  fields[#fields + 1] = "keyPath: " .. M.key
+  return (M.openssh and "openSSH" or "ssh") .. ": {" .. table.concat(fields, ", ") .. "}"
 end
 
 -- A whole local file ("" when it does not exist).

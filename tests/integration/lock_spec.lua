@@ -115,8 +115,9 @@ local function write_cluster(file, n, reversed)
   for k = 1, n do
     local i = reversed and (n + 1 - k) or k
     if not reversed then hosts[i] = all[i] end
-    lines[#lines + 1] = string.format("    - role: %s\n      ssh:\n        address: %s\n        user: root\n"
-      .. "        keyPath: %s", k == 1 and "controller" or "worker", all[i].address, lab.key)
+    lines[#lines + 1] = string.format("    - role: %s
+      %s", k == 1 and "controller" or "worker",
+      lab.block(all[i], { user = "root" }))
   end
   local f = assert(io.open(file, "wb"))
   f:write(table.concat(lines, "\n"), "\n")

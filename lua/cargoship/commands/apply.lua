@@ -46,6 +46,15 @@ error naming it. Uploads go to a temporary name beside each target, are fsync'd,
 against their sha256 on the host and renamed; a file whose hash and mode already match is
 not sent. At most --concurrent-uploads hosts upload at once (default 8: on a 1 Gbit link
 eight streams already fill the pipe); on a terminal the progress line counts bytes.
+--upload-transport openssh sends the files of ssh: hosts through the system's ssh (one
+master per host, encryption on every core); auto does so for files of 32 MiB and more.
+
+Hosts: an ssh: block is reached by cargoship's own SSH (libssh2), an openSSH: block by the
+system's ssh (ssh_config, ProxyCommand/ProxyJump, RSA keys, certificates; host keys as
+OpenSSH checks them, --known-hosts passed as its UserKnownHostsFile): one ControlMaster per
+host, every command a channel over it. With disableMultiplexing: true every command opens
+its own connection and pays a handshake. localhost: true runs the commands on this machine
+(through sudo when not root).
 
 With --dry-run, apply connects to every host and runs the read-only phases for real, then
 reports every other phase with what it would do on each host, "nothing to do", or
@@ -124,6 +133,10 @@ M.options = {
       .. "its engine and version judged against" },
   { long = "concurrent-uploads", value = "N", check = args.checks.positive_int, default = 8,
     help = "upload to at most N hosts at once" },
+  { long = "upload-transport", value = "HOW", check = { "libssh2", "openssh", "auto" }, default = "libssh2",
+    help = "how ssh: hosts receive files: libssh2 (its SFTP, on cargoship's one thread), openssh (through "
+      .. "an ssh master per host: encryption on every core), auto (openssh for files of 32 MiB and more, "
+      .. "libssh2 when the system ssh cannot reach the host); openSSH: hosts always use their ssh" },
   { long = "allow-downgrade", help = "go on although a host runs a newer engine than the distro package" },
   { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
     help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts; a host's "
@@ -186,6 +199,7 @@ function M.apply_options(ctx, a)
     tmpdir = o.tmpdir,
     allow_downgrade = o.allow_downgrade,
     concurrent_uploads = o.concurrent_uploads,
+    upload_transport = o.upload_transport,
     known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
     host_key_policy = o.host_key_policy,
     ssh_timeout = o.ssh_timeout,

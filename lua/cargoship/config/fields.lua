@@ -16,6 +16,7 @@ local M = {
     "environment", "files", "engine", "host", "ssh", "openSSH", "localhost", "winRM" },
   ssh = { "address", "user", "port", "keyPath", "options", "bastion" },
   openssh = { "address", "user", "port", "keyPath", "configPath", "options", "disableMultiplexing" },
+  localhost = { "enabled" },
   file = { "name", "src", "data", "dst", "dstDir", "perm", "user", "group" },
   engine = { "labels", "taints" },
   hostcfg = { "ports", "firewall", "policy" },

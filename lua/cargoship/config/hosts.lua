@@ -120,7 +120,15 @@ local function connection(ctx, h, hpath)
     ctx.errs:at_key(h, "winRM", join(hpath, "winRM"),
       "winRM connections are not supported (no Windows support); use ssh, openSSH or localhost")
   end
-  local local_flag = check.boolean(ctx, h, "localhost", hpath)
+  -- localhost: true, or the block form localhost: {enabled: true}
+  local local_flag
+  if type(h.localhost) == "table" and errors.kind_of(h.localhost) == "mapping" then
+    local lpath = join(hpath, "localhost")
+    check.fields(ctx, h.localhost, lpath, FIELDS.localhost)
+    local_flag = check.boolean(ctx, h.localhost, "enabled", lpath)
+  else
+    local_flag = check.boolean(ctx, h, "localhost", hpath)
+  end
   local n, found = check.count_present(h, { "ssh", "openSSH" })
   if local_flag then n, found[#found + 1] = n + 1, "localhost" end
   if n > 1 then

@@ -63,7 +63,7 @@ local DEFS = {
     role = enum(hosts.ROLES), profile = STRING, hostname = STRING, privateAddress = STRING,
     privateInterface = STRING, os = STRING, environment = map_of(SCALAR), files = array(ref("file")),
     engine = ref("engine"), host = ref("hostcfg"), ssh = ref("ssh"), openSSH = ref("openssh"),
-    localhost = { type = "boolean" },
+    localhost = { anyOf = { { type = "boolean" }, ref("localhost") } },
     winRM = false }, -- no Windows support: refused by the loader
     extra = { ["not"] = { required = { "ssh", "openSSH" } } } },
   ssh = { fields = FIELDS.ssh, required = { "address" }, types = {
@@ -72,6 +72,7 @@ local DEFS = {
   openssh = { fields = FIELDS.openssh, required = { "address" }, types = {
     address = { type = "string", minLength = 1, maxLength = 253 }, user = STRING, port = SSH_PORT,
     keyPath = STRING, configPath = STRING, options = map_of(SCALAR), disableMultiplexing = { type = "boolean" } } },
+  localhost = { fields = FIELDS.localhost, types = { enabled = { type = "boolean" } } },
   file = { fields = FIELDS.file, required = { "name" }, types = {
     name = { type = "string", minLength = 1 }, src = STRING, data = STRING, dst = STRING, dstDir = STRING,
     perm = { type = "string", pattern = "^\\s*[0-7]{3,4}\\s*$" }, user = STRING, group = STRING } },

@@ -32,6 +32,7 @@ function M.transport_for(o, env)
     env = env,
     passphrase = o.passphrase or function() return env and env("CARGOSHIP_SSH_PASSPHRASE") end,
     keepalive = o.keepalive,
+    upload_transport = o.upload_transport,
   })
   if not ok then return nil, "cannot set up SSH: " .. tostring(t) end
   return t

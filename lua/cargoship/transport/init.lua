@@ -54,7 +54,15 @@ local connection = require "cargoship.transport.connection"
 local M = {}
 
 -- The session kinds, by name, and the module of each.
-local KINDS = { libssh2 = "cargoship.transport.libssh2" }
+local KINDS = {
+  libssh2 = "cargoship.transport.libssh2",
+  openssh = "cargoship.transport.openssh",
+  localhost = "cargoship.transport.localhost",
+}
+-- The kind that opens each connection block of the cluster file (config/hosts.lua): an
+-- `ssh:` block the run's kind (libssh2 unless session_kind says otherwise), `openSSH:` the
+-- system's ssh, `localhost: true` this machine.
+local BY_BLOCK = { openssh = "openssh", localhost = "localhost" }
 
 M.MAX_INLINE = command.MAX_INLINE
 M.KILL_TIMEOUT = command.KILL_TIMEOUT
@@ -70,7 +78,10 @@ Transport.__index = Transport
 -- M.new{known_hosts = path, host_key_policy = "strict", timeout = 30, env = os.getenv,
 --       passphrase = function(key_path) -> string|nil, max_unauthenticated = 16,
 --       max_per_endpoint = 6, keepalive = seconds (0: none), keepalive_count_max = n,
---       run_id = string, session_kind = "libssh2"}
+--       run_id = string, session_kind = "libssh2"|"openssh" (what opens `ssh:` blocks),
+--       ssh_program = "ssh" (the openssh kind's), log = function(line),
+--       upload_transport = "libssh2"|"openssh"|"auto" (how libssh2 hosts' files are put:
+--       "openssh" through an ssh master per host, "auto" so for files of 32 MiB and more)}
 function M.new(opts)
   opts = opts or {}
   local kind = opts.session_kind or "libssh2"
@@ -87,25 +98,41 @@ function M.new(opts)
   return self
 end
 
--- The session kind that opens a host's session: the run's one kind (libssh2 until the
--- system's OpenSSH joins it), started at its first use.
-function Transport:session_kind()
-  local k = self.kinds[self.kind]
+-- The session kind of that name (default: the run's kind for `ssh:` blocks), started at its
+-- first use.
+function Transport:session_kind(name)
+  name = name or self.kind
+  local k = self.kinds[name]
   if not k then
-    k = require(KINDS[self.kind]).new(self.opts)
-    self.kinds[self.kind] = k
+    k = require(KINDS[name]).new(self.opts)
+    self.kinds[name] = k
   end
   return k
 end
 
+-- The name of the kind that opens connection block c.
+function Transport:kind_for(c)
+  if c.kind == nil or c.kind == "ssh" then return self.kind end
+  return BY_BLOCK[c.kind] or error("transport: unknown connection kind " .. tostring(c.kind), 2)
+end
+
 -- Transport:connect(connection_config, name) -> Connection | nil, msg, code
--- connection_config: { address, port, user, key_path, options, bastion = {...} } (config's ssh block).
+-- connection_config: a host's connection block as config/hosts.lua gives it: kind "ssh"
+-- { address, port, user, key_path, options, bastion = {...} }, "openssh" (the openSSH block)
+-- or "localhost".
 function Transport:connect(c, name)
   name = name or c.address
-  local session, err, code = self:session_kind():open(c, name)
+  local kind = self:kind_for(c)
+  local session, err, code = self:session_kind(kind):open(c, name)
   if not session then return nil, err, code end
+  local via = self.opts.upload_transport
+  if kind == "libssh2" and (via == "openssh" or via == "auto") then
+    session = require(KINDS.openssh).via(session, self:session_kind("openssh"), c, name, via)
+  end
   self.seq = self.seq + 1
-  local conn = connection.new(session, { name = name, user = c.user or "root", run_id = self.run_id, seq = self.seq })
+  -- the login user: the block's, else the one the kind found (ssh_config's, or ours locally)
+  local conn = connection.new(session, { name = name, user = session.user or c.user or "root",
+    run_id = self.run_id, seq = self.seq })
   self.connections[#self.connections + 1] = conn
   return conn
 end

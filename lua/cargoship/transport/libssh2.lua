@@ -113,7 +113,24 @@ end
 -- (IdentityPassphraseEnv), else from the transport's passphrase source.
 function Kind:key(path, passphrase_env)
   local info = self.key_info[path]
+  if info and info.pending then
+    -- another host's task is reading it (starting its agent yields): one read, one passphrase
+    info.pending:acquire()
+    info.pending:release()
+    return self:key(path, passphrase_env)   -- read, or left unread by a cancelled task: again
+  end
   if info then return info end
+  local pending = loop.semaphore(0)
+  self.key_info[path] = { pending = pending }
+  local ok, got = pcall(self.read_key, self, path, passphrase_env)
+  self.key_info[path] = ok and got or nil
+  pending:release()
+  if not ok then error(got, 0) end
+  return got
+end
+
+function Kind:read_key(path, passphrase_env)
+  local info
   local text, err = keys.read(path)
   if not text then
     info = { err = err }
@@ -142,7 +159,6 @@ function Kind:key(path, passphrase_env)
       end
     end
   end
-  self.key_info[path] = info
   return info
 end
 

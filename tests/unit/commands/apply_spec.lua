@@ -45,13 +45,14 @@ describe("apply", function()
 
   it("turns its flags into the apply_options the runner will take", function()
     local a = parsed({ "c.yaml", "--dry-run", "--confirm", "--concurrency", "5", "--output=json",
-      "--timeout", "1m30s", "-FHf", "--allow-unmanaged-nodes", "--values", "a.yaml", "--values=b.yaml" })
+      "--timeout", "1m30s", "-FHf", "--allow-unmanaged-nodes", "--values", "a.yaml", "--values=b.yaml",
+      "--upload-transport", "openssh" })
     assert.are.same({
       cluster_file = "c.yaml", dry_run = true, confirm = true, concurrency = 5, output = "json",
       timeout = 90, update_firewall = true, update_hosts = true, fapolicyd = true, allow_unmanaged_nodes = true,
       values = { "a.yaml", "b.yaml" }, log_file = "/tmp/run.log",
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
-      max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8,
+      max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8, upload_transport = "openssh",
       update_kubeconfig = false, label_nodes = false, ready_timeout = 300,
     }, apply.apply_options(ctx_with_log("/tmp/run.log"), a))
   end)
@@ -61,7 +62,7 @@ describe("apply", function()
       cluster_file = "c.yaml", dry_run = false, confirm = false, concurrency = 30, output = "text",
       update_firewall = false, update_hosts = false, fapolicyd = false, allow_unmanaged_nodes = false, values = {},
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
-      max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8,
+      max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8, upload_transport = "libssh2",
       update_kubeconfig = false, label_nodes = false, ready_timeout = 300,
     }, apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml" })))
   end)

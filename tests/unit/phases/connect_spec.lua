@@ -1,4 +1,4 @@
--- Specs for "Connect to hosts": one session per host through the run's transport; unsupported kinds fail plainly.
+-- Specs for "Connect to hosts": one session per host through the run's transport, whatever the host's block.
 local phase = require "cargoship.phases.connect"
 local support = require "unit.phases.support"
 
@@ -30,17 +30,13 @@ describe("phase connect", function()
     assert.equal(2, #t.calls)
   end)
 
-  it("fails openSSH and localhost hosts saying this transport cannot open them", function()
+  it("hands openSSH and localhost hosts to the transport like ssh ones (it picks their session kind)", function()
     local t = fake_transport()
     local hosts = { host("a", { kind = "openssh", address = "a.example" }), host("b", { kind = "localhost" }),
                     host("c") }
     local ctx = support.ctx(hosts, { transport = t })
-    local ok, failures = phase.run(ctx, ctx.hosts)
-    assert.is_nil(ok)
-    assert.equal(2, #failures)
-    assert.matches("^a: openSSH connections are not supported yet", failures[1].err)
-    assert.matches("^b: localhost: true is not supported yet", failures[2].err)
-    assert.same({ "c" }, t.calls)
+    assert.is_true(phase.run(ctx, ctx.hosts))
+    assert.same({ "a", "b", "c" }, t.calls)
   end)
 
   it("fails the hosts the transport cannot reach, with its message", function()
