@@ -115,8 +115,7 @@ local function write_cluster(file, n, reversed)
   for k = 1, n do
     local i = reversed and (n + 1 - k) or k
     if not reversed then hosts[i] = all[i] end
-    lines[#lines + 1] = string.format("    - role: %s
-      %s", k == 1 and "controller" or "worker",
+    lines[#lines + 1] = string.format("    - role: %s\n      %s", k == 1 and "controller" or "worker",
       lab.block(all[i], { user = "root" }))
   end
   local f = assert(io.open(file, "wb"))
