@@ -266,8 +266,8 @@ describe("phase 29 (label_nodes)", function()
   end)
 
   it("plans a node this run registers, unless its engine labels set the label at registration", function()
-    local recs = label.records(eng, { host("w6", "gpu"), host("w7", "gpu", { ["node-role.kubernetes.io/gpu"] = "true" }) },
-      {})
+    local preset = { ["node-role.kubernetes.io/gpu"] = "true" }
+    local recs = label.records(eng, { host("w6", "gpu"), host("w7", "gpu", preset) }, {})
     assert.equal(1, #recs)
     assert.equal("w6", recs[1].node)
   end)

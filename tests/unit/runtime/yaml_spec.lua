@@ -208,7 +208,7 @@ describe("yaml.dump", function()
     assert.are.equal("a: 1\nb:\n- x\n- 'yes'\nc: {}\n", yaml.dump({ c = {}, b = { "x", "yes" }, a = 1 }))
   end)
 
-  it("keeps an empty list it loaded as a list: `a: []` loads and dumps as `a: []`, a bare {} stays a mapping", function()
+  it("keeps a loaded empty list a list: `a: []` loads and dumps as `a: []`; a bare {} stays a mapping", function()
     local docs = assert(yaml.load("a: []\nb: {}\nc:\n- []\n"))
     assert.are.equal("a: []\nb: {}\nc:\n- []\n", yaml.dump(docs[1]))
     assert.are.equal("a: {}\n", yaml.dump({ a = {} }))
