@@ -349,6 +349,9 @@ local function dispatch(argv, out, state)
     env = out.env,
     stdout = logger:writer(out.stdout),
     stderr = logger:writer(out.stderr),
+    -- stdout unredacted: only for output that is the secret the operator asked for
+    -- (`kubeconfig -` prints the admin kubeconfig)
+    raw_stdout = out.stdout,
     isatty = out.isatty,
     options = options,
     now = out.now,

@@ -57,13 +57,16 @@ M.arguments = { { name = "CLUSTER" }, { name = "-", optional = true, choices = {
 M.keeps_log = true
 
 -- `-` printed: what phase 28 read, or the report on stderr when it read nothing.
-function M.dry_run_done(ctx, _, rep, run_ctx)
+function M.print_kubeconfig(ctx, _, rep, run_ctx)
   local k = run_ctx and run_ctx.kubeconfig
   if rep.outcome == "failed" or not (k and k.text) then
     ctx.stderr:write(require("cargoship.pipeline.report").text(rep, { heading = "Kubeconfig" }))
     return rep.outcome == "interrupted" and ctx.exit.interrupted or ctx.exit.failure
   end
-  ctx.stdout:write(k.text)
+  -- the credentials are redacted from every log line and report, so not through ctx.stdout
+  local out = ctx.raw_stdout or ctx.stdout
+  out:write(k.text)
+  if out.flush then out:flush() end
   return ctx.exit.ok
 end
 
@@ -81,7 +84,7 @@ function M.run(ctx, a)
   end
   local target = second or o.kubeconfig
   local print_it = target == "-"
-  local cmd = setmetatable({ dry_run_done = print_it and M.dry_run_done or nil }, { __index = M })
+  local cmd = setmetatable({ dry_run_done = print_it and M.print_kubeconfig or false }, { __index = M })
   return command_path.run(ctx, cmd, {
     cluster_file = first,
     dry_run = o.dry_run or print_it,
