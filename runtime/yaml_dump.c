@@ -347,6 +347,26 @@ static void emit_mapping(lua_State *L, dumper *d, int t, int depth) {
   lua_pop(L, 2);
 }
 
+/* An empty table is a mapping ({}) unless yaml.load made it from a sequence (its
+ * metatable's __yaml record says kind "seq"): `a: []` loaded and dumped stays `a: []`. */
+static int table_is_empty(lua_State *L, int t) {
+  lua_pushnil(L);
+  if (!lua_next(L, t)) return 1;
+  lua_pop(L, 2);
+  return 0;
+}
+
+static int loaded_as_seq(lua_State *L, int t) {
+  if (!lua_getmetatable(L, t)) return 0;
+  int seq = 0;
+  if (lua_getfield(L, -1, "__yaml") == LUA_TTABLE) {
+    seq = lua_getfield(L, -1, "kind") == LUA_TSTRING && strcmp(lua_tostring(L, -1), "seq") == 0;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
+  return seq;
+}
+
 static void emit_table(lua_State *L, dumper *d, int t, int depth) {
   lua_pushvalue(L, t);
   if (lua_rawget(L, S_VISITING) != LUA_TNIL) luaL_error(L, "yaml.dump: a table contains itself");
@@ -355,7 +375,7 @@ static void emit_table(lua_State *L, dumper *d, int t, int depth) {
   lua_pushboolean(L, 1);
   lua_rawset(L, S_VISITING);
   lua_Integer n = sequence_length(L, t);
-  if (n) emit_sequence(L, d, t, n, depth);
+  if (n || (table_is_empty(L, t) && loaded_as_seq(L, t))) emit_sequence(L, d, t, n, depth);
   else emit_mapping(L, d, t, depth);
   lua_pushvalue(L, t);
   lua_pushnil(L);

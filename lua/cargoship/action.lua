@@ -23,6 +23,8 @@
 --   note     {say}                                    a sentence and nothing else: what a phase of
 --                                                     the old contract (assess returning strings)
 --                                                     says; host:apply refuses to execute one
+-- A write or remove with `on = "local"` is for the operator's machine (cargoship.local_target:
+-- the kubeconfig a run merges): the context executes it there, and a host refuses it.
 -- Constructors validate and fill `say`; they raise on misuse (a bug in a phase, not a host's
 -- failure). `public(a)` is the part that may leave the process (plan, report, logs): never a
 -- file's content, stdin or anything marked `secret`.
@@ -167,6 +169,7 @@ function M.public(a)
   for _, k in ipairs(PUBLIC) do p[k] = a[k] end
   if (a.kind == "run" or a.kind == "kube") and not a.secret then p.cmd = a.cmd end
   if a.kind == "kube" then p.node = a.node end
+  if a.on == "local" then p.on = "local" end
   return p
 end
 

@@ -15,8 +15,8 @@ local log = require "cargoship.log"
 local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
-M.COMMANDS = { "version", "validate", "apply", "exec", "unlock", "repl", "vault", "package", "create", "verify",
-  "sha256sum", "inventory", "schema", "completion" }
+M.COMMANDS = { "version", "validate", "apply", "kubeconfig", "exec", "unlock", "repl", "vault", "package",
+  "create", "verify", "sha256sum", "inventory", "schema", "completion" }
 
 M.EXIT = {
   ok = 0,
@@ -349,6 +349,9 @@ local function dispatch(argv, out, state)
     env = out.env,
     stdout = logger:writer(out.stdout),
     stderr = logger:writer(out.stderr),
+    -- stdout unredacted: only for output that is the secret the operator asked for
+    -- (`kubeconfig -` prints the admin kubeconfig)
+    raw_stdout = out.stdout,
     isatty = out.isatty,
     options = options,
     now = out.now,

@@ -419,7 +419,12 @@ function Host:apply(actions, opts)
   for i, a in ipairs(actions) do
     action.check(a)
     if a.kind ~= "step" and a.kind ~= "note" then self.writes_sent = self.writes_sent + 1 end
-    local status, err = EXECUTE[a.kind](self, a, opts)
+    local status, err
+    if a.on == "local" then
+      status, err = "failed", self.name .. ": " .. a.say .. ": a record for the operator's machine, not a host"
+    else
+      status, err = EXECUTE[a.kind](self, a, opts)
+    end
     outcomes[i] = { status = status, error = err }
     if status == "failed" then
       if self.log then self.log:debug("%s: failed: %s", a.say, tostring(err)) end

@@ -4,6 +4,8 @@
 -- locally) go through here, not through io.open in a phase, so a dry run refuses them exactly
 -- as host.lua refuses a host's: "<name>: dry run: refused to <what>", recorded in `refused`.
 --   local target = M.new{dry_run = bool, log = logger, name = "localhost"}
+--   target:read_file(path) -> content, mode (a number) | nil, msg, "notfound"|"io": a read,
+--     allowed in a dry run (a phase's assess reads the operator's file so its plan is exact)
 --   target:write_file(path, content, {mode = "0600"}) -> true | nil, msg, "io"
 --   target:remove(path) -> true | nil, msg, "io"
 --   target:apply(actions) -> outcomes, err: write, remove (and a note, refused as on a host);
@@ -75,6 +77,18 @@ local function put(self, path, content, mode)
     return fail(self, path, "rename", rerr)
   end
   return true
+end
+
+function Target:read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then
+    if not exists(path) then return nil, string.format("%s: %s: no such file", self.name, path), "notfound" end
+    return fail(self, path, "read", err)
+  end
+  local s, rerr = f:read("a")
+  f:close()
+  if not s then return fail(self, path, "read", rerr) end
+  return s, fs.mode(path)
 end
 
 function Target:write_file(path, content, opts)

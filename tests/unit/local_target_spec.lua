@@ -42,6 +42,17 @@ describe("local target", function()
     assert.are.equal(4, t.writes_sent)
   end)
 
+  it("reads a file with its mode, in a dry run too, and names a missing one", function()
+    local t = local_target.new { dry_run = true }
+    files.write(dir .. "/config", "a: 1\n")
+    assert(os.execute("chmod 0640 " .. dir .. "/config"))
+    assert.are.same({ "a: 1\n", tonumber("640", 8) }, { t:read_file(dir .. "/config") })
+    local none, why, code = t:read_file(dir .. "/absent")
+    assert.is_nil(none)
+    assert.are.same({ "localhost: " .. dir .. "/absent: no such file", "notfound" }, { why, code })
+    assert.are.same({}, t.refused)
+  end)
+
   it("executes write and remove records, skipping what is already in place", function()
     local t = local_target.new {}
     local w = action.write { path = dir .. "/sub/kc", content = "a\n", mode = "0600", dir_mode = "0700" }

@@ -10,6 +10,8 @@
 --   verb_done  "not <verb_done>: the answer was not yes" (default: verb .. "ed")
 --   heading    the real run report's heading (default: the report's, "Apply")
 --   read_line  how the question is answered (default: M.read_line, the terminal)
+--   dry_run_done(ctx, o, report, run_ctx) -> exit code: a dry run's end, in place of the
+--              report (kubeconfig - prints what phase 28 read instead)
 -- and the options the command parsed, in one plain table (cluster_file, dry_run, confirm,
 -- output, timeout, skip_phases, phases_dir, distro, values, and the session's known_hosts,
 -- host_key_policy, ssh_timeout). Every pipeline command thus has the same dry-run rules
@@ -134,8 +136,9 @@ local function run_pipeline(ctx, cmd, cluster, o)
   local deadline = o.timeout and loop.now() + o.timeout or nil
 
   if o.dry_run then
-    local rep = pass(ctx, cluster, o, phases, pipeline, true, deadline, function(r) emit(ctx, o, r) end)
+    local rep, pctx = pass(ctx, cluster, o, phases, pipeline, true, deadline, function(r) emit(ctx, o, r) end)
     if not rep.final then return ctx.exit.interrupted end
+    if cmd.dry_run_done then return cmd.dry_run_done(ctx, o, rep, pctx) end
     emit(ctx, o, rep)
     return report.exit_code(rep, ctx.exit)
   end

@@ -28,10 +28,19 @@ the engine does not, write the engine's configuration, install and start the con
 the leader first and the others one at a time, each Ready through the leader's kubectl
 before the next; apply the package's manifests from the leader; install and start the
 workers in batches), 25 (install the staged engine files on hosts no phase above
-installed), 30 (release the lock) and 31 (disconnect). A node whose engine service runs
-is left to the upgrade phases. Phases 23-24 and 26-29 (upgrading engines, syncing config,
-kubeconfig, labels) are not in this build, and the report says so. --skip-phases leaves
+installed), 28 (with --update-kubeconfig: merge the cluster's admin kubeconfig into yours),
+29 (with --label-nodes: label each node node-role.kubernetes.io/<profile>=true through the
+leader), 30 (release the lock) and 31 (disconnect). A node whose engine service runs
+is left to the upgrade phases. Phases 23-24 and 26-27 (upgrading engines, syncing config)
+are not in this build, and the report says so. --skip-phases leaves
 out phases of your choice (say 18-22: prepare and upload only); the report lists them.
+
+--update-kubeconfig reads the admin kubeconfig on the leader, points its server at
+https://<loadbalancer>:6443 and merges it into --kubeconfig PATH, else the first file of
+$KUBECONFIG, else ~/.kube/config: cluster <name>, user <name>-admin and context <name>
+(metadata.name), set as the current context; every other entry is kept. The file is
+written atomically, mode 0600, never in a dry run (the plan says which entries it would
+add or change). `cargoship kubeconfig` does the same on its own.
 
 -F/--firewall configures the front end the node runs (firewalld, ufw or nftables; one
 installed but stopped is left alone, never started, and the report says why) and refuses
@@ -101,13 +110,13 @@ M.options = {
   { long = "config", value = "CLUSTER", check = args.checks.nonempty,
     help = "the cluster file, the Go tool's way: cargoship apply PACKAGE --config CLUSTER" },
   { long = "update-kubeconfig",
-    help = "write the cluster's admin kubeconfig locally; IN THIS BUILD accepted and does nothing "
-      .. "(the kubeconfig phase is not built)" },
+    help = "phase 28: merge the cluster's admin kubeconfig (server: the load balancer) into --kubeconfig, "
+      .. "mode 0600; never in a dry run" },
   { long = "kubeconfig", value = "PATH", check = args.checks.nonempty,
-    help = "where --update-kubeconfig writes; IN THIS BUILD accepted and unused" },
+    help = "where --update-kubeconfig merges (default: the first file of $KUBECONFIG, else ~/.kube/config)" },
   { long = "label-nodes",
-    help = "label nodes with their profile group; IN THIS BUILD accepted and does nothing "
-      .. "(the labelling phase is not built)" },
+    help = "phase 29: label each node node-role.kubernetes.io/<profile>=true through the leader where it "
+      .. "is missing or set to anything else" },
   { long = "tmpdir", value = "DIR", check = args.checks.nonempty,
     help = "the Go tool's remote staging directory; IN THIS BUILD accepted and unused: uploads are "
       .. "staged under a temporary name beside each target" },

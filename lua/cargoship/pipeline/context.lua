@@ -23,6 +23,10 @@
 --   locks           {[host name] = lock handle} this run holds (phase 7 takes, 30 releases)
 --   lock_conflicts  messages naming the other holders a lock attempt met
 --   validation      the problems "Validate hosts" found ({host =, message =})
+--   local_target    the operator's machine (cargoship.local_target): a phase reads the
+--                   operator's files there; ctx:apply runs a record marked on = "local" there
+--   kubeconfig      what "Updating kubeconfig" rendered: {name, text (the cluster's own
+--                   kubeconfig, a secret), path} (`cargoship kubeconfig -` prints text)
 --   state           a table custom phases share among themselves; built-in phases use the fields
 -- }
 -- ctx:each(hosts, fn, opts), ctx:fail(host, msg), ctx:host_lost(host, msg), ctx:leave(host, why),
@@ -79,6 +83,8 @@ function M.new(o)
     locks = {},
     lock_conflicts = {},
     validation = nil,
+    local_target = o.local_target or require("cargoship.local_target").new { dry_run = dry_run, log = o.log },
+    kubeconfig = nil,
     -- bookkeeping of the runner, not for phases
     _failures = nil,  -- failures ctx:fail recorded during the current phase
     _lost = {},       -- [host] = message: hosts lost for the rest of the run (ctx:host_lost)
@@ -244,7 +250,7 @@ function Context:apply(host, actions)
         type(a) == "table" and tostring(a.say) or type(a), host.name), 2)
     end
   end
-  local outcomes, err = host:apply(actions, { ctx = self, steps = self._steps })
+  local outcomes, err = self:_execute(host, actions)
   if self._outcomes then
     local by = self._outcomes[host] or {}
     self._outcomes[host] = by
@@ -252,6 +258,28 @@ function Context:apply(host, actions)
   end
   if err then return nil, err end
   return true
+end
+
+-- Runs actions in order, each run of records marked on = "local" on the operator's machine
+-- (ctx.local_target) and the others on host; the first failure stops the rest ("not_run").
+function Context:_execute(host, actions)
+  local outcomes, i = {}, 1
+  while i <= #actions do
+    local is_local = actions[i].on == "local"
+    local j = i
+    while j + 1 <= #actions and (actions[j + 1].on == "local") == is_local do j = j + 1 end
+    local group = table.move(actions, i, j, 1, {})
+    local got, err
+    if is_local then got, err = self.local_target:apply(group)
+    else got, err = host:apply(group, { ctx = self, steps = self._steps }) end
+    for k = 1, #group do outcomes[i + k - 1] = got[k] end
+    if err then
+      for k = j + 1, #actions do outcomes[k] = { status = "not_run" } end
+      return outcomes, err
+    end
+    i = j + 1
+  end
+  return outcomes
 end
 
 -- ctx:progress(done, n, detail): a phase's own progress (the upload phases' bytes): on a

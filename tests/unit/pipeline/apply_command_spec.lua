@@ -268,13 +268,12 @@ describe("apply with a pipeline", function()
   it("--help says what is not in this build, what a dry run does, consent and exit codes", function()
     local code, out = support.run({ "apply", "--help" })
     assert.are.equal(0, code)
-    assert.matches("Phases 23-24 and 26-29 (upgrading engines, syncing config,\nkubeconfig, labels) are not in "
-      .. "this build", out, 1, true)
+    assert.matches("Phases 23-24 and 26-27 (upgrading engines, syncing config)\nare not in this build", out, 1, true)
     -- and those are exactly the numbers the pipeline lacks
     local have, lacking = {}, {}
     for _, entry in ipairs(require("cargoship.pipelines.apply").phases) do have[entry[1]] = true end
     for n = 1, 31 do if not have[n] then lacking[#lacking + 1] = n end end
-    assert.are.same({ 23, 24, 26, 27, 28, 29 }, lacking)
+    assert.are.same({ 23, 24, 26, 27 }, lacking)
     assert.matches("--skip-phases LIST", out, 1, true)
     assert.matches("At most --concurrent-uploads hosts upload at once (default 8", out, 1, true)
     assert.matches("-F, --firewall", out, 1, true)

@@ -119,6 +119,8 @@ local SPEC = {
   [21] = { "Apply manifests", "reported" },
   [22] = { "Initialize Worker", "reported" },
   [25] = { "Install staged files", "reported" },
+  [28] = { "Updating kubeconfig file with the current cluster", "reported" },
+  [29] = { "Labeling nodes with their profile group", "reported" },
   [30] = { "Release exclusive host lock", "reported" },
   [31] = { "Disconnect from hosts", "own" },
 }

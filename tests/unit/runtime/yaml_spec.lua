@@ -208,6 +208,12 @@ describe("yaml.dump", function()
     assert.are.equal("a: 1\nb:\n- x\n- 'yes'\nc: {}\n", yaml.dump({ c = {}, b = { "x", "yes" }, a = 1 }))
   end)
 
+  it("keeps a loaded empty list a list: `a: []` loads and dumps as `a: []`; a bare {} stays a mapping", function()
+    local docs = assert(yaml.load("a: []\nb: {}\nc:\n- []\n"))
+    assert.are.equal("a: []\nb: {}\nc:\n- []\n", yaml.dump(docs[1]))
+    assert.are.equal("a: {}\n", yaml.dump({ a = {} }))
+  end)
+
   it("round-trips random structures", function()
     math.randomseed(7)
     local pieces = { "a", " ", "\n", ":", "#", "'", '"', "-", "0", "1", ".", "é", "\t", "yes", "null" }
