@@ -5,7 +5,7 @@
 -- the host registers under) gets one kube label record when the label is missing or set
 -- to anything but "true". A node not registered yet (a host the install phases of this
 -- run add) is planned unless the host's own engine labels set the label at registration.
--- The plan names each node and label; a second run has nothing to do. Upstream labels
+-- The plan names each node and label; a second run has nothing to do. The Go tool labels
 -- from the operator's machine through the API; this goes through the leader (engines.md §6.4).
 local action = require "cargoship.action"
 local common = require "cargoship.phases.lib.engine_common"
