@@ -1,0 +1,36 @@
+# sanitize.cmake - the Debug build's test suite under ASan/UBSan (included by tests/CMakeLists.txt in Debug).
+# 1. Busted and every `lua5.4` a spec starts run in tests/sanitize/lua.c built with the sanitizers
+#    (Debian's lua5.4 cannot load the sanitized module: "ASan runtime does not come first").
+# 2. Every sanitizer report of any process of the suite (that interpreter, the cargoship binary,
+#    the C tests) is written to <build>/sanitizer/ (log_path), so a report fails the suite even
+#    where a spec expects a failing exit: sanitize/reports runs after every test and fails,
+#    printing them, when there is one; sanitize/clean empties the directory before.
+add_executable(cs_lua ${CMAKE_CURRENT_SOURCE_DIR}/sanitize/lua.c)
+target_link_libraries(cs_lua PRIVATE PkgConfig::LUA m)
+set_target_properties(cs_lua PROPERTIES OUTPUT_NAME lua5.4 RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/sanitize/bin)
+set(LUA54 ${CMAKE_BINARY_DIR}/sanitize/bin/lua5.4)
+set(CS_SANITIZER_DIR ${CMAKE_BINARY_DIR}/sanitizer)
+set(CS_SANITIZE_ENV
+  "ASAN_OPTIONS=log_path=${CS_SANITIZER_DIR}/asan:log_exe_name=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1:check_initialization_order=1"
+  "UBSAN_OPTIONS=log_path=${CS_SANITIZER_DIR}/ubsan:log_exe_name=1:print_stacktrace=1:halt_on_error=1")
+
+add_test(NAME sanitize/clean COMMAND sh -c "rm -rf \"$0\" && mkdir -p \"$0\"" ${CS_SANITIZER_DIR})
+set_tests_properties(sanitize/clean PROPERTIES LABELS "unit;lab" FIXTURES_SETUP sanitize)
+add_test(NAME sanitize/reports COMMAND sh -c
+  "n=$(find \"$0\" -type f | wc -l); [ \"$n\" -eq 0 ] && { echo 'sanitizers: 0 reports'; exit 0; }; for f in \"$0\"/*; do echo \"== $f\"; head -n 80 \"$f\"; done; echo \"sanitizers: $n reports in $0\"; exit 1"
+  ${CS_SANITIZER_DIR})
+set_tests_properties(sanitize/reports PROPERTIES LABELS "unit;lab" FIXTURES_CLEANUP sanitize)
+
+# After the whole directory is read: every test gets the environment and waits for sanitize/clean.
+function(cs_sanitize_tests)
+  get_property(tests DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} PROPERTY TESTS)
+  foreach(t ${tests})
+    if(t MATCHES "^sanitize/")
+      continue()
+    endif()
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${CS_SANITIZE_ENV})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT_MODIFICATION "PATH=path_list_prepend:${CMAKE_BINARY_DIR}/sanitize/bin")
+    set_property(TEST ${t} APPEND PROPERTY FIXTURES_REQUIRED sanitize)
+  endforeach()
+endfunction()
+cmake_language(DEFER CALL cs_sanitize_tests)
