@@ -19,6 +19,10 @@ unit: all
 debug:
 	$(MAKE) BUILD=build-debug TYPE=Debug all
 
+# the whole suite against the ASan/UBSan build (tests/sanitize/sanitize.cmake): any report fails it
+sanitize: debug
+	cd build-debug && ctest --output-on-failure $(CTEST_ARGS)
+
 install: all
 	cmake --install $(BUILD)
 
@@ -28,4 +32,4 @@ lint:
 clean:
 	rm -rf $(BUILD) build-debug
 
-.PHONY: all test unit debug install lint clean
+.PHONY: all test unit debug sanitize install lint clean

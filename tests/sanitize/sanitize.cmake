@@ -28,6 +28,12 @@ function(cs_sanitize_tests)
     if(t MATCHES "^sanitize/")
       continue()
     endif()
+    # shown as "Not Run (Disabled)", run by the RelWithDebInfo pass: the leak spec runs the specs'
+    # Lua under valgrind, which cannot run a sanitized process (ASan's leak check stands in for it
+    # here); the lab's self-check runs no cargoship code
+    if(t STREQUAL "integration/leak" OR t STREQUAL "lab/selfcheck")
+      set_tests_properties(${t} PROPERTIES DISABLED TRUE)
+    endif()
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${CS_SANITIZE_ENV})
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT_MODIFICATION "PATH=path_list_prepend:${CMAKE_BINARY_DIR}/sanitize/bin")
     set_property(TEST ${t} APPEND PROPERTY FIXTURES_REQUIRED sanitize)
