@@ -10,8 +10,10 @@ all: $(BUILD)/CMakeCache.txt
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
+# then the fuzz targets' execs (tests/fuzz/run.sh), which ctest does not show for a passing test
 test: all
-	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
+	cd $(BUILD) && rm -f fuzz/*.execs && { ctest --output-on-failure $(CTEST_ARGS); rc=$$?; \
+	  cat fuzz/*.execs 2>/dev/null; exit $$rc; }
 
 unit: all
 	cd $(BUILD) && ctest --output-on-failure -L unit

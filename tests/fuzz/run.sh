@@ -21,13 +21,16 @@ secs=$(( $(date +%s) - start ))
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
 cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1)
 corpus=$(find "$work/corpus/$target" -type f | wc -l)
+rm -f "$work/$target.execs"
 if [ "$rc" -ne 0 ]; then
   tail -n 60 "$log"
   echo "fuzz $target: FAILED (exit $rc) after ${execs:-?} execs in ${secs}s: the input is in $work/findings/"
   echo "reproduce: CS_FUZZ_TARGET=$target $bin $work/findings/$target-<file>"
   exit 1
 fi
-echo "fuzz $target: execs: ${execs:-0} in ${secs}s, $cov, corpus $corpus new inputs (+ $(find "$seeds" -type f | wc -l) seeds)"
+# also kept in WORKDIR/TARGET.execs: `make test` prints them after ctest (which shows no passing output)
+echo "fuzz $target: execs: ${execs:-0} in ${secs}s, $cov, corpus $corpus new inputs (+ $(find "$seeds" -type f | wc -l) seeds)" \
+  | tee "$work/$target.execs"
 if [ "${execs:-0}" -lt "$runs" ]; then
   echo "fuzz $target: only ${execs:-0} of $runs execs before the ${seconds}s guard (a slow input, or a loaded machine)"
   exit 1

@@ -6,8 +6,9 @@ local env = { HOME = "/nonexistent" }
 local opts = { expand_env = true, env = function(name) return env[name] end, decrypt = {} }
 
 local function run(data)
-  for _, o in ipairs({ false, true }) do
-    local cluster, errs = config.load_string(data, "cluster.yaml", o and opts or nil)
+  -- odd lengths with --expand-env, even ones without: one load per input, both paths fuzzed
+  do
+    local cluster, errs = config.load_string(data, "cluster.yaml", #data % 2 == 1 and opts or nil)
     if cluster then
       assert(type(cluster.hosts) == "table", "a cluster without hosts")
     elseif type(errs) == "string" then
