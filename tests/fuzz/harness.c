@@ -178,7 +178,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   if (lua_getfield(L, -1, "run") != LUA_TFUNCTION) die("target_%s.lua: run is not a function", target);
   run_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_settop(L, 0);
-  lua_sethook(L, line_hook, LUA_MASKLINE, 0);   /* coroutines created later inherit it */
+  /* coroutines created later inherit it; CS_FUZZ_LUA_COVERAGE=0 turns it off (to measure its cost) */
+  const char *cov = getenv("CS_FUZZ_LUA_COVERAGE");
+  if (!cov || strcmp(cov, "0") != 0) lua_sethook(L, line_hook, LUA_MASKLINE, 0);
   return 0;
 }
 
