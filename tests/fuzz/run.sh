@@ -18,8 +18,8 @@ supp=$(dirname "$0")/lsan-$target.supp
 CS_FUZZ_TARGET=$target "$bin" -runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -detect_leaks=0 \
   -print_final_stats=1 -artifact_prefix="$work/findings/$target-" "$work/corpus/$target" "$seeds" >"$log" 2>&1 || rc=$?
 secs=$(( $(date +%s) - start ))
-execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1)
+execs=$(LC_ALL=C sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+cov=$(grep -ao 'cov: [0-9]*' "$log" | tail -n 1)
 corpus=$(find "$work/corpus/$target" -type f | wc -l)
 rm -f "$work/$target.execs"
 if [ "$rc" -ne 0 ]; then
