@@ -22,6 +22,13 @@ add_test(NAME sanitize/reports COMMAND sh -c
   ${CS_SANITIZER_DIR})
 set_tests_properties(sanitize/reports PROPERTIES LABELS "unit;lab" FIXTURES_CLEANUP sanitize)
 
+# Lab specs the sanitizer pass leaves to the first pass, to keep CI under its hour: the longest
+# (measured on a 4-host lab under ASan: install 375 s, firewall 357 s, lock 257 s), whose client
+# side runs the same C paths (sessions, exec, sftp) as the specs kept, while the hosts do the work.
+# -DCS_SANITIZE_SKIP= runs every one.
+set(CS_SANITIZE_SKIP "integration/install;integration/firewall;integration/lock" CACHE STRING
+  "lab specs the sanitizer pass does not run (shown as Not Run (Disabled))")
+
 # After the whole directory is read: every test gets the environment and waits for sanitize/clean.
 function(cs_sanitize_tests)
   get_property(tests DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} PROPERTY TESTS)
@@ -32,7 +39,7 @@ function(cs_sanitize_tests)
     # shown as "Not Run (Disabled)", run by the RelWithDebInfo pass: the leak spec runs the specs'
     # Lua under valgrind, which cannot run a sanitized process (ASan's leak check stands in for it
     # here); the lab's self-check runs no cargoship code
-    if(t STREQUAL "integration/leak" OR t STREQUAL "lab/selfcheck")
+    if(t STREQUAL "integration/leak" OR t STREQUAL "lab/selfcheck" OR t IN_LIST CS_SANITIZE_SKIP)
       set_tests_properties(${t} PROPERTIES DISABLED TRUE)
     endif()
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${CS_SANITIZE_ENV})
