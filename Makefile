@@ -10,14 +10,20 @@ all: $(BUILD)/CMakeCache.txt
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
+# then the fuzz targets' execs (tests/fuzz/run.sh), which ctest does not show for a passing test
 test: all
-	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
+	cd $(BUILD) && rm -f fuzz/*.execs && { ctest --output-on-failure $(CTEST_ARGS); rc=$$?; \
+	  cat fuzz/*.execs 2>/dev/null; exit $$rc; }
 
 unit: all
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
 debug:
 	$(MAKE) BUILD=build-debug TYPE=Debug all
+
+# the whole suite against the ASan/UBSan build (tests/sanitize/sanitize.cmake): any report fails it
+sanitize: debug
+	cd build-debug && ctest --output-on-failure $(CTEST_ARGS)
 
 install: all
 	cmake --install $(BUILD)
@@ -28,4 +34,4 @@ lint:
 clean:
 	rm -rf $(BUILD) build-debug
 
-.PHONY: all test unit debug install lint clean
+.PHONY: all test unit debug sanitize install lint clean

@@ -8,6 +8,7 @@ PKGS=(
   lua-cjson lua-busted lua-check shellcheck   # Lua libraries, specs, lint
   openssh-client openssh-server debootstrap iproute2 util-linux procps psmisc  # the lab
   tmux valgrind time                          # terminal, leak tests, benchmarks
+  clang libclang-rt-14-dev                    # the fuzz targets: clang-14 and its libFuzzer runtime
   # real peers of the package, engine, firewall and secret specs (all offline):
   rpm dpkg-dev                                # rpmbuild and dpkg-deb build test packages
   skopeo containerd                           # check exported image archives (skopeo inspect, ctr import)

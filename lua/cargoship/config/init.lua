@@ -128,7 +128,8 @@ end
 
 local function from_docs(docs, name, opts)
   local doc, index = pick_document(docs, name)
-  if not doc then return nil, index end
+  -- `false` is a document too (a file holding only "false"): only nil means none was found
+  if doc == nil then return nil, index end
   local env = (opts and opts.env) or os.getenv
   local ctx = { file = name, errs = errors.collector(name), warns = errors.collector(name) }
   local line, col = yaml.where(docs, index)

@@ -357,8 +357,11 @@ function M.parse_nodes(text)
     return nil, "kubectl printed no node list"
   end
   local nodes = {}
+  -- JSON null (cjson.null) and other non-objects read as empty: no field of kubectl's output is
+  -- trusted (fuzz/kube found `items: [null]` and `status: 7` raising here)
+  local function obj(v) return type(v) == "table" and v or {} end
   for _, item in ipairs(doc.items) do
-    local md, st = item.metadata or {}, item.status or {}
+    local md, st = obj(obj(item).metadata), obj(obj(item).status)
     local n = { name = md.name, addresses = {}, role = "worker" }
     for _, c in ipairs(type(st.conditions) == "table" and st.conditions or {}) do
       if type(c) == "table" and c.type == "Ready" then
@@ -367,7 +370,7 @@ function M.parse_nodes(text)
       end
     end
     for _, a in ipairs(type(st.addresses) == "table" and st.addresses or {}) do
-      if type(a.address) == "string" then n.addresses[#n.addresses + 1] = a.address end
+      if type(a) == "table" and type(a.address) == "string" then n.addresses[#n.addresses + 1] = a.address end
     end
     local labels = type(md.labels) == "table" and md.labels or {}
     for _, r in ipairs(M.CONTROLLER_ROLES) do

@@ -27,6 +27,11 @@ describe("a bare-scalar document", function()
       located("foo\n", "expected a mapping"))
   end)
 
+  it("that is false is a located error, not an internal error (found by fuzz/cluster)", function()
+    assert.are.equal("test.yaml:1:1: expected a mapping at the top of the document, got boolean false",
+      located("FALSE", "expected a mapping"))
+  end)
+
   it("truncated inside its first key is a located error", function()
     located("apiVer", "expected a mapping at the top of the document, got string \"apiVer\"")
   end)

@@ -56,6 +56,12 @@ describe("phase removed_nodes", function()
     assert.equal("controller", nodes[5].role)
   end)
 
+  it("reads nulls and values of the wrong type as absent (found by fuzz/kube)", function()
+    local nodes = context.parse_nodes('{"items":[1,null,{"metadata":null,"status":{"addresses":[null,{"address":7},'
+      .. '{"address":"10.0.0.9"}]}},{"metadata":{"name":"n1"},"status":7}]}')
+    assert.same({ { name = "n1", addresses = {}, role = "worker" } }, nodes)
+  end)
+
   it("stops the apply listing each node no host matches, with its role", function()
     local hosts = cluster(leader_answers(NODES))
     local ctx = ctx_for(hosts)
