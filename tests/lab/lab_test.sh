@@ -244,7 +244,7 @@ expect "h1 fapolicyd starts (permissive), loads rules.d, stops" \
 pids=$(for i in 1 2 3; do lab pid "$i"; cat "$S/hosts/h$i/pid"; done)
 check "down" lab down
 downed=1
-expect "no netns with the prefix" "" bash -c "ip netns list | grep -E '^$P-' || true"
+expect "no netns with the prefix" "" bash -c "ip netns list 2>/dev/null | grep -E '^$P-' || true"
 expect "no cgroup left" "" bash -c "find /sys/fs/cgroup -maxdepth 2 -name ${P}lab 2>/dev/null"
 live=""
 for p in $pids; do
