@@ -8,7 +8,8 @@
 -- made. A host whose packages are installed at the staged versions and whose binaries are
 -- in place has nothing to do.
 -- Hosts the Initialize phases install on (engine_common.installs: their plans carry the
--- same records) are left to them. The records: phases.lib.install.
+-- same records) and the hosts the Upgrade phases take (engine_common.upgrades) are left to
+-- them. The records: phases.lib.install.
 local common = require "cargoship.phases.lib.engine_common"
 local install = require "cargoship.phases.lib.install"
 local uploads = require "cargoship.phases.lib.uploads"
@@ -20,9 +21,10 @@ local M = {
   creates = { "engine_installed" },
 }
 
--- The Initialize phases work only with an engine and a package (initialize.lua).
+-- The Initialize phases work only with an engine and a package (initialize.lua); so do the
+-- Upgrade phases, which leave a host whose drain failed at its old version on purpose.
 local function initialized(ctx, h)
-  return ctx.engine ~= nil and ctx.distro ~= nil and common.installs(h)
+  return ctx.engine ~= nil and ctx.distro ~= nil and (common.installs(h) or common.upgrades(h))
 end
 
 function M.prepare(ctx)
