@@ -123,6 +123,9 @@ for _, engine in ipairs(ENGINES) do
       local t1 = os.time()
       local plan = apply_with(work, new, "--dry-run")
       assert.are.equal(3, plan.code, plan.stderr)
+      -- the dry run assessed the upgrade on every node (not "unassessed"): the compare below covers it
+      assert.are.equal(1, #hosts_of(plan.doc, "upgrade_controller"))
+      assert.are.equal(3, #hosts_of(plan.doc, "upgrade_worker"))
       r = apply_with(work, new, "--confirm")
       assert.are.equal(0, r.code, r.stderr .. r.stdout:sub(1, 2000))
       run.compare(plan.doc, r.doc)
@@ -135,7 +138,7 @@ for _, engine in ipairs(ENGINES) do
         local says = {}
         for k, a in ipairs(h.actions) do
           says[k] = a.say
-          assert.are.equal("done", a.outcome, h.host .. ": " .. a.say)
+          assert.is_true(a.outcome == "done" or a.outcome == "skipped", h.host .. ": " .. a.say)
         end
         assert.matches("^cordon and drain node ", says[1])
         assert.matches("^uncordon node ", says[#says - 1])
@@ -180,7 +183,8 @@ for _, engine in ipairs(ENGINES) do
       local plan = apply_with(work, new, "--dry-run")
       assert.are.equal(3, plan.code)
       local w = hosts_of(plan.doc, "upgrade_worker")
-      assert.are.same({ HOSTS[BLOCKED].address }, { w[1] and w[1].host, w[2] and w[2].host })
+      assert.are.same({ HOSTS[BLOCKED].address }, { w[1] and w[1].host, w[2] and w[2].host },
+        cjson.encode(run.phase(plan.doc, "upgrade_worker")))
       assert.are.same({}, hosts_of(plan.doc, "upgrade_controller"))
       r = apply_with(work, new, "--confirm")
       assert.are.equal(0, r.code, r.stdout:sub(1, 2000))

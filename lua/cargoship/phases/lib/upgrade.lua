@@ -17,7 +17,7 @@
 -- drain named), the others go on. Any other failure uncordons too, and stops the phase after
 -- its node (serial) or batch.
 local common = require "cargoship.phases.lib.engine_common"
-local install = require "cargoship.phases.lib.install"
+local uploads = require "cargoship.phases.lib.uploads"
 local order = require "cargoship.phases.lib.order"
 local action = require "cargoship.action"
 
@@ -44,12 +44,36 @@ local function old_heartbeat(ctx, host)
   end
 end
 
+-- The package's engine files for this host, every one (its version is not the host's), where
+-- the upload phases stage them: known from the package alone, so a dry run, before those
+-- phases ran, plans what the run does. A package's name from its file name (rpm
+-- NAME-VERSION-RELEASE.ARCH.rpm, deb NAME_VERSION_ARCH.deb), for unpinning.
+function M.staged(ctx, host)
+  local method = uploads.method(ctx, host)
+  local items, err = uploads.items(ctx, host, "engine")
+  if not items then error(host.name .. ": " .. tostring(err), 0) end
+  if not method or #items == 0 then return nil end
+  if method == "binary" then
+    local moves = {}
+    for _, it in ipairs(items) do moves[#moves + 1] = { from = it.path, to = it.final } end
+    return { method = "binary", moves = moves }
+  end
+  local paths, names = {}, {}
+  for _, it in ipairs(items) do
+    paths[#paths + 1] = it.path
+    local base = it.path:match("[^/]+$")
+    names[#names + 1] = method == "apt" and base:match("^([^_]+)_")
+      or base:gsub("%.rpm$", ""):gsub("%.[^.]+$", ""):match("^(.+)%-[^-]+%-[^-]+$") or nil
+  end
+  return { method = method, paths = paths, names = #names > 0 and names or nil }
+end
+
 function M.records(ctx, host)
   local eng, node = ctx.engine, common.node(host)
-  local staged, links = install.staged(ctx, host)
+  local staged, links = M.staged(ctx, host), {}
   if not staged then
     error(host.name .. ": " .. eng.name .. " " .. tostring(host.facts.engine.version) .. " runs, the package has "
-      .. tostring(eng.version) .. ", and no engine files for it were staged on this host", 0)
+      .. tostring(eng.version) .. ", and no engine files for this host's role, arch and package manager", 0)
   end
   local drain = M.drain_opts(ctx.options)
   local out = {}
@@ -84,7 +108,7 @@ function M.make(o)
   local steps, state = require("cargoship.phases.lib.upgrade_steps").new()
   local phase = {
     id = o.id, title = o.title, steps = steps,
-    reads = { "connection", "facts", "engine_version", "engine_config", "staged_engine" },
+    reads = { "connection", "facts", "engine_version" },
     creates = { o.role == "controller" and "controllers_upgraded" or "workers_upgraded" },
   }
 
