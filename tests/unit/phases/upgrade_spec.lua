@@ -12,7 +12,7 @@ local packages = require "unit.phases.packages"
 local support = require "unit.phases.support"
 
 local OLD, NEW = "v1.35.1+k3s1", "v1.35.2+k3s1"
-local journal, version, blocked, stuck = {}, {}, {}, {}
+local journal, version, blocked, stuck, workload_answers = {}, {}, {}, {}, {}
 
 local function conn(name, rules)
   local c = {}
@@ -51,8 +51,12 @@ local LEADER_RULES = {
       end
       return "node drained", 0
     end },
-  { "'replicasets,statefulsets'", '{"items":[{"kind":"ReplicaSet","metadata":{"namespace":"default","name":"web"},'
-      .. '"spec":{"replicas":2},"status":{"readyReplicas":2}}]}', 0 },
+  { "'replicasets,statefulsets'", fn = function()
+      local ready = table.remove(workload_answers, 1)
+      if ready == nil then ready = 2 end
+      return '{"items":[{"kind":"ReplicaSet","metadata":{"namespace":"default","name":"web"},'
+        .. '"spec":{"replicas":2},"status":{"readyReplicas":' .. ready .. '}}]}', 0
+    end },
   { "'-o' 'json'", fn = function()
       local items = {}
       for n, v in pairs(version) do
@@ -132,7 +136,8 @@ local controller = require "cargoship.phases.upgrade_controller"
 local worker = require "cargoship.phases.upgrade_worker"
 
 before_each(function()
-  journal, version, blocked, stuck = {}, {}, {}, {}
+  journal, version, blocked, stuck, workload_answers = {}, {}, {}, {}, {}
+  require("cargoship.phases.lib.upgrade_steps").WORKLOADS_INTERVAL = 0.01
   common.READY_INTERVAL = 0.01
   common.READY_TIMEOUT = 2
 end)
@@ -236,5 +241,22 @@ describe("Upgrade run", function()
     assert.matches("node w1 is Ready but not at 1.35.2-k3s1", errs[1], 1, true)
     assert.matches("its kubelet reports " .. OLD, errs[1], 1, true)
     assert.same({ "cp1: drain w1", "w1: stop", "w1: start", "cp1: uncordon w1" }, events())
+  end)
+
+  it("the next batch is drained only once the workloads the last one evicted are at their ready counts again",
+    function()
+    local cp1 = host("cp1", "controller", { leader = true })
+    local w1, w2 = host("w1", "worker", { profile = "w" }), host("w2", "worker", { profile = "w" })
+    local ctx = context({ cp1, w1, w2 }, {}, { w = { concurrency = { kind = "count", value = 1 } } })
+    -- before w1's drain: 2/2 ready; after it: 1/2 twice, then 2/2
+    workload_answers = { 2, 1, 1, 2 }
+    assert.is_true(run(function() return drive(worker, ctx) end))
+    local listings, drain_w2 = {}, nil
+    for i, l in ipairs(journal) do
+      if l:find("'replicasets,statefulsets'", 1, true) then listings[#listings + 1] = i end
+      if l:find("'drain' 'w2'", 1, true) then drain_w2 = i end
+    end
+    assert.is_true(#listings >= 5, "w1's snapshot, three waits, w2's snapshot")
+    assert.is_true(drain_w2 > listings[4], "w2 drained before w1's evicted workloads were back")
   end)
 end)

@@ -17,6 +17,8 @@ local kube = require "cargoship.facts.kube"
 
 local M = {}
 
+M.WORKLOADS_INTERVAL = 2   -- seconds between two listings of the workloads
+
 -- kubectl's workload list -> {"ns/kind/name" = true} of those below their ready count | nil, why
 function M.unready(text)
   local ok, doc = pcall(cjson.decode, text or "")
@@ -96,7 +98,7 @@ function M.new()
       if #missing == 0 then return true end
       table.sort(missing)
       return nil, "not at their ready counts: " .. table.concat(missing, ", ")
-    end, { timeout = a.timeout or 300, interval = 2 })
+    end, { timeout = a.timeout or 300, interval = M.WORKLOADS_INTERVAL })
     if ok then return true end
     return nil, string.format("the workloads drained from node %s are not back after %g s (%s)", a.node,
       a.timeout or 300, why)
