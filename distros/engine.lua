@@ -55,7 +55,8 @@
 --   first_start(node, cluster, {leader, running, timeout}) -> records that bring up a node
 --       not running or not joined (enable first, then start/restart or the bootstrap/join
 --       step, then wait_ready)
---   upgrade(node, cluster, staged, os) -> drain, the engine's upgrade_node records, uncordon
+--   upgrade(node, cluster, staged, os, {drain = opts|false}) -> drain, the engine's upgrade_node records,
+--       uncordon;  workloads() -> cmd listing ReplicaSets and StatefulSets as JSON (on the leader)
 --   reset_packages(os, names) -> records removing the packages installed from staged files
 -- Engine-specific verbs (render_config, join_secret_*, upgrade, reset): see rancher.lua and
 -- upstream/init.lua. Nothing here runs anything: the host object runs what these return.
@@ -390,13 +391,26 @@ function Engine:first_start(n, cluster, o)
   return rest
 end
 
--- upgrade(node, cluster, staged, os) -> the node drained on the leader, the engine's own
--- upgrade_node records on the node, the node uncordoned on the leader.
-function Engine:upgrade(n, cluster, staged, os)
-  local out = { self:kubectl_step("drain", n, self:drain(n), "drain node " .. n.name) }
+-- upgrade(node, cluster, staged, os, o) -> the node cordoned and drained on the leader, the
+-- engine's own upgrade_node records on the node, the node uncordoned on the leader.
+-- o.drain: {grace_period, timeout} (drain's opts), or false: neither drain nor uncordon.
+function Engine:upgrade(n, cluster, staged, os, o)
+  local d = (o or {}).drain
+  local out = {}
+  if d ~= false then
+    local s = self:kubectl_step("drain", n, self:drain(n, d), "cordon and drain node " .. n.name)
+    s.timeout = (d and d.timeout or 300) + 60
+    out[1] = s
+  end
   for _, a in ipairs(self:upgrade_node(n, cluster or {}, staged, os)) do out[#out + 1] = a end
-  out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name)
+  if d ~= false then out[#out + 1] = self:kubectl_step("uncordon", n, self:uncordon(n), "uncordon node " .. n.name) end
   return out
+end
+
+-- The ReplicaSets and StatefulSets with their ready counts (run on the leader): what a drain
+-- evicted is back once each is at its count again.
+function Engine:workloads()
+  return self:kubectl { "get", "replicasets,statefulsets", "--all-namespaces", "-o", "json" }
 end
 
 function Engine:upgrade_node() error(self.name .. ": upgrade_node is not defined", 2) end

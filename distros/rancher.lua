@@ -236,6 +236,13 @@ end
 function M:upgrade_node(n, cluster, staged, os)
   local out = {}
   for _, a in ipairs(self:stop(n)) do out[#out + 1] = a end
+  -- the packages were pinned at their install: unpinned for the new version (install pins it again);
+  -- best effort, as a host without the pinning tool (dnf's versionlock plugin) never pinned them
+  local unhold = staged and staged.method ~= "binary" and staged.names and os and os:unhold_packages(staged.names)
+  if unhold then
+    out[#out + 1] = action.run { cmd = "{ " .. unhold .. "; } >/dev/null 2>&1 || true",
+                                 say = "unpin " .. table.concat(staged.names, ", ") }
+  end
   for _, a in ipairs(self:install(n, staged, os)) do out[#out + 1] = a end
   for _, a in ipairs(self:configure(n, cluster)) do out[#out + 1] = a end
   for _, a in ipairs(self:start(n)) do out[#out + 1] = a end

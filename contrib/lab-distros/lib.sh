@@ -20,6 +20,16 @@ ld_init() {  # OUT (archive path, or a directory) CARGOSHIP: checks the tools, m
   SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1767225600}; export SOURCE_DATE_EPOCH
 }
 
+# LD_VERSION=X.Y.Z builds the same package at another engine version (the `-next` packages the
+# upgrade specs install over the base ones): ld_version BASE sets V to the version to build, and
+# ld_create rewrites BASE to it throughout distro.yaml (metadata, spec and every file name).
+# shellcheck disable=SC2034 # V: read by the sourcing build.sh
+ld_version() {  # BASE
+  ld_base=$1
+  V=${LD_VERSION:-$1}
+  case $V in *[!0-9.]*|.*|*.|*..*) echo "build.sh: LD_VERSION must be X.Y.Z: $V" >&2; exit 1 ;; esac
+}
+
 ld_stamp() {  # VERSION OUT: the stand-in program reporting VERSION
   /usr/bin/python3 "$s/standin.py" stamp "$1" "$2"
 }
@@ -97,6 +107,9 @@ d["spec"]["config"]["os"]["files"] = [f for f in files if f["selector"].get("pac
 yaml.safe_dump(d, open(sys.argv[2], "w"), sort_keys=False)' "$here/distro.yaml" "$src/distro.yaml"
   else
     cp "$here/distro.yaml" "$src/"
+  fi
+  if [ -n "${LD_VERSION:-}" ] && [ "$LD_VERSION" != "$ld_base" ]; then
+    sed -i "s/$(printf %s "$ld_base" | sed 's/\./\\./g')/$LD_VERSION/g" "$src/distro.yaml"
   fi
   case $out in
     *.tar.zst|*.tar) mkdir -p "$(dirname "$out")" ;;

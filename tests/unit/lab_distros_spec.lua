@@ -185,3 +185,38 @@ describe("lab-distros packages", function()
     end)
   end
 end)
+
+-- The upgrade packages (tests/CMakeLists.txt CS_LAB_DISTRO_NEXT): the same stand-ins at a later
+-- version, every file name and the engine's own --version moved with it.
+local NEXT = {
+  { "k3s-next", "k3s 1.35.3-k3s1", "k3s", "v1.35.3+k3s1", "/k3s%-common%-1%.35%.3~k3s1%-0%.el9%.x86_64%.rpm$" },
+  { "rke2-next", "rke2 1.35.5-rke2r1", "rke2", "v1.35.5+rke2r1", "/rke2%-common_1%.35%.5%+rke2r1%-1_amd64%.deb$" },
+  { "upstream-next", "upstream 1.35.4", "kubelet", "v1.35.4", "/kubeadm_1%.35%.4%-1%.1_amd64%.deb$" },
+  { "upstream-next-minor", "upstream 1.36.0", "kubelet", "v1.36.0", "/kubelet%-1%.36%.0%-150500%.1%.1%.x86_64%.rpm$" },
+  { "upstream-skip-minor", "upstream 1.37.0", "kubelet", "v1.37.0", "/kubeadm_1%.37%.0%-1%.1_amd64%.deb$" },
+}
+
+describe("lab-distros upgrade packages", function()
+  for _, t in ipairs(NEXT) do
+    local name, engine, binary, version, file = table.unpack(t)
+    local pkg = dir .. "/" .. name .. ".tar.zst"
+    it(name .. " verifies, names " .. engine .. " and its binary reports " .. version, function()
+      local out, code = run(q(bin) .. " package verify " .. q(pkg))
+      assert.are.equal(0, code, out)
+      local r = inspect(pkg)
+      assert.are.equal(engine, r.engine)
+      local all = {}
+      for _, lines in pairs(r.sections) do
+        for _, l in ipairs(lines) do all[#all + 1] = l:match("^%s+%d+%s+(/%S+)") or "" end
+      end
+      assert.is_true(has(all, file), name .. " lacks " .. file)
+      local tmp = os.tmpname()
+      os.remove(tmp)
+      assert(os.execute("mkdir -p " .. q(tmp) .. " && tar -I zstd -xf " .. q(pkg) .. " -C " .. q(tmp)))
+      local exe = run("find " .. q(tmp) .. " -type f -name " .. binary .. " | head -1"):gsub("%s+$", "")
+      local v = run("/usr/bin/python3 " .. q(exe) .. " --version")
+      os.execute("rm -rf " .. q(tmp))
+      assert.truthy(v:find(version, 1, true), exe .. " --version: " .. v)
+    end)
+  end
+end)

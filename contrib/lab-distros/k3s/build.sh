@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=contrib/lab-distros/lib.sh
 . "$here/../lib.sh"
 ld_init "$@"
-V=1.35.2; R=k3s1
+ld_version 1.35.2; R=k3s1
 ld_stamp "v$V+$R" "$src/k3s"
 cp /usr/bin/kubectl /usr/bin/openssl "$here/k3s.cil" "$here/../common/rpm-service.inc" "$src/"
 sed 's#k3s.service.env#k3s-server.service.env#' "$s/systemd/k3s.service" > "$src/k3s-server.service"

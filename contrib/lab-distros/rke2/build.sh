@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=contrib/lab-distros/lib.sh
 . "$here/../lib.sh"
 ld_init "$@"
-V=1.35.4; R=rke2r1
+ld_version 1.35.4; R=rke2r1
 ld_stamp "v$V+$R" "$src/rke2"
 cp /usr/bin/kubectl /usr/bin/openssl "$here/rke2.cil" "$here/80-rke2.rules" "$here/rke2-server.env" \
   "$here/rke2-agent.env" "$here/../common/rpm-service.inc" "$src/"

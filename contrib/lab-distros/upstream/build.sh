@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=contrib/lab-distros/lib.sh
 . "$here/../lib.sh"
 ld_init "$@"
-V=1.35.3
+ld_version 1.35.3
 ld_stamp "v$V" "$src/kubeadm"
 ld_stamp "v$V" "$src/kubelet"
 cp /usr/bin/kubectl /usr/bin/openssl "$s/systemd/kubelet.service" "$s/systemd/kubelet.service.d/10-kubeadm.conf" \

@@ -27,13 +27,20 @@ files, image tarballs and engine files: RPM, APT or binaries), 18-22 (import ima
 the engine does not, write the engine's configuration, install and start the controllers,
 the leader first and the others one at a time, each Ready through the leader's kubectl
 before the next; apply the package's manifests from the leader; install and start the
-workers in batches), 25 (install the staged engine files on hosts no phase above
-installed), 28 (with --update-kubeconfig: merge the cluster's admin kubeconfig into yours),
-29 (with --label-nodes: label each node node-role.kubernetes.io/<profile>=true through the
-leader), 30 (release the lock) and 31 (disconnect). A node whose engine service runs
-is left to the upgrade phases. Phases 23-24 and 26-27 (upgrading engines, syncing config)
-are not in this build, and the report says so. --skip-phases leaves
-out phases of your choice (say 18-22: prepare and upload only); the report lists them.
+workers in batches), 23-24 (upgrade the nodes whose engine runs at another version than
+the package's: controllers one at a time, then workers in batches; each node cordoned and
+drained through the leader, upgraded, Ready at the new version, uncordoned, and the
+workloads its drain evicted ready again before the next), 25 (install the staged engine
+files on hosts no phase above installed), 28 (with --update-kubeconfig: merge the cluster's
+admin kubeconfig into yours), 29 (with --label-nodes: label each node
+node-role.kubernetes.io/<profile>=true through the leader), 30 (release the lock) and 31
+(disconnect). Phases 26-27 (syncing engine config) are not in this build, and the report
+says so. --skip-phases leaves out phases of your choice (say 18-22: prepare and upload
+only); the report lists them.
+
+A drain that fails (a PodDisruptionBudget refusing eviction past --drain-timeout) leaves
+that node uncordoned at its old version and fails that host alone, naming the pod; the
+other nodes go on. --no-drain upgrades without cordoning or draining.
 
 --update-kubeconfig reads the admin kubeconfig on the leader, points its server at
 https://<loadbalancer>:6443 and merges it into --kubeconfig PATH, else the first file of
@@ -159,6 +166,12 @@ M.options = {
   { long = "ready-timeout", value = "DURATION", check = args.checks.duration, default = 300,
     help = "how long a started node may take to report Ready (through the leader's kubectl) before its "
       .. "start fails with the service's recent log" },
+  { long = "no-drain", help = "phases 23-24: upgrade nodes without cordoning and draining them first" },
+  { long = "drain-grace-period", value = "DURATION", check = args.checks.duration, default = 120,
+    help = "phases 23-24: how long each pod a drain evicts gets to stop" },
+  { long = "drain-timeout", value = "DURATION", check = args.checks.duration, default = 300,
+    help = "phases 23-24: give up draining a node after DURATION (its pods' budgets refusing eviction): the node "
+      .. "is uncordoned and left at its version; also how long the evicted workloads may take to be ready again" },
   { long = "skip-phases", value = "LIST", check = args.checks.number_list,
     help = "leave out these phases of the pipeline (numbers and ranges: 18-22,25); the report lists them "
       .. "as skipped. Phases " .. load.ranges(M.pipeline.required) .. " cannot be skipped" },
@@ -216,6 +229,9 @@ function M.apply_options(ctx, a)
     phases_dir = o.phases,
     skip_phases = o.skip_phases,
     ready_timeout = o.ready_timeout,
+    no_drain = o.no_drain,
+    drain_grace_period = o.drain_grace_period,
+    drain_timeout = o.drain_timeout,
   }
 end
 

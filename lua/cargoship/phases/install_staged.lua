@@ -8,7 +8,8 @@
 -- made. A host whose packages are installed at the staged versions and whose binaries are
 -- in place has nothing to do.
 -- Hosts the Initialize phases install on (engine_common.installs: their plans carry the
--- same records) are left to them. The records: phases.lib.install.
+-- same records) and the hosts the Upgrade phases take (engine_common.upgrades) are left to
+-- them. The records: phases.lib.install.
 local common = require "cargoship.phases.lib.engine_common"
 local install = require "cargoship.phases.lib.install"
 local uploads = require "cargoship.phases.lib.uploads"
@@ -20,11 +21,15 @@ local M = {
   creates = { "engine_installed" },
 }
 
--- The Initialize phases work only with an engine and a package (initialize.lua), and only
--- when this run walks them (--skip-phases 18-22 leaves the install to this phase).
+-- The Initialize phases work only with an engine and a package (initialize.lua); so do the
+-- Upgrade phases, which leave a host whose drain failed at its old version on purpose. Each
+-- takes its hosts only when this run walks it (--skip-phases 18-24 leaves them to this phase).
 local INITIALIZE = { controller = "initialize_controller", worker = "initialize_worker" }
+local UPGRADE = { controller = "upgrade_controller", worker = "upgrade_worker" }
 local function initialized(ctx, h)
-  return ctx.engine ~= nil and ctx.distro ~= nil and common.installs(h) and ctx:runs(INITIALIZE[h.role] or "")
+  if ctx.engine == nil or ctx.distro == nil then return false end
+  return (common.installs(h) and ctx:runs(INITIALIZE[h.role] or ""))
+    or (common.upgrades(h) and ctx:runs(UPGRADE[h.role] or ""))
 end
 
 function M.prepare(ctx)

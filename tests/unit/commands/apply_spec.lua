@@ -54,6 +54,7 @@ describe("apply", function()
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
       max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8, upload_transport = "openssh",
       update_kubeconfig = false, label_nodes = false, ready_timeout = 300,
+      no_drain = false, drain_grace_period = 120, drain_timeout = 300,
     }, apply.apply_options(ctx_with_log("/tmp/run.log"), a))
   end)
 
@@ -64,6 +65,7 @@ describe("apply", function()
       known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
       max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8, upload_transport = "libssh2",
       update_kubeconfig = false, label_nodes = false, ready_timeout = 300,
+      no_drain = false, drain_grace_period = 120, drain_timeout = 300,
     }, apply.apply_options(ctx_with_log(nil), parsed({ "c.yaml" })))
   end)
 

@@ -76,7 +76,8 @@ describe("phase install_staged", function()
     assert.same({}, phase.assess(ctx, host("debian", "L 1:1 /usr/local/bin/rke2\n")))
   end)
 
-  it("leaves the hosts the Initialize phases install on to them (their plans carry the same records)", function()
+  it("leaves the hosts the Initialize and Upgrade phases install on to them (their plans carry the same records)",
+    function()
     local ctx = ctx_for({ entry("binary", "/usr/local/bin/rke2", bin) })
     ctx.engine = require("distros.engine").for_package(ctx.distro)
     local function h(name, engine_fact)
@@ -89,11 +90,13 @@ describe("phase install_staged", function()
     local upgrading = h("upgrading", { running = true, action = "upgrade" })
     local unjoined = h("unjoined", { running = true, joined = false, action = "upgrade" })
     ctx.hosts = { fresh, stopped, upgrading, unjoined }
-    assert.same({ stopped, upgrading }, phase.prepare(ctx))
-    -- a run that walks the Initialize phases, as the runner says: the same
-    ctx.phase_ids = { initialize_controller = true, initialize_worker = true, install_staged = true }
-    assert.same({ stopped, upgrading }, phase.prepare(ctx))
-    -- --skip-phases 18-22: no Initialize phase runs, so every host with staged files is this phase's
+    -- upgrading: phase 24's; one whose drain failed stays at its old version, not installed here
+    assert.same({ stopped }, phase.prepare(ctx))
+    -- a run that walks the Initialize and Upgrade phases, as the runner says: the same
+    ctx.phase_ids = { initialize_controller = true, initialize_worker = true, upgrade_controller = true,
+                      upgrade_worker = true, install_staged = true }
+    assert.same({ stopped }, phase.prepare(ctx))
+    -- --skip-phases 18-24: neither runs, so every host with staged files is this phase's
     ctx.phase_ids = { install_staged = true }
     assert.same({ fresh, stopped, upgrading, unjoined }, phase.prepare(ctx))
     ctx.phase_ids = nil

@@ -25,6 +25,12 @@ function M.up(host)
   return e ~= nil and e.running == true and e.joined ~= false
 end
 
+-- Up at another version than the package's: the Upgrade phases (23-24) take it, and only they.
+function M.upgrades(host)
+  local e = host.facts and host.facts.engine
+  return M.up(host) and (e.action == "upgrade" or e.action == "downgrade")
+end
+
 function M.installs(host)
   local e = host.facts and host.facts.engine
   return not M.up(host) and not (e and e.action == "same")

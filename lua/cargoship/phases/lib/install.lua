@@ -23,7 +23,7 @@ local QUERY = {
     .. " printf 'P %s %%s %%s %%s\\n' \"${n:--}\" \"${v:--}\" \"${h:--}\"",
 }
 
-local function package_actions(ctx, host, method, items)
+local function package_staged(host, method, items)
   local lines = {}
   for i, it in ipairs(items) do lines[i] = shell.fmt(QUERY[method], it.path, it.path, tostring(i)) end
   local out, err = host:probe(table.concat(lines, "\n"))
@@ -37,13 +37,11 @@ local function package_actions(ctx, host, method, items)
       if n and n ~= "-" then names[#names + 1] = n end
     end
   end
-  if #paths == 0 then return {} end
-  local eng = ctx.engine or engine.for_package(ctx.distro)
-  return eng:install(engine.node_of(host), { method = method, paths = paths, names = #names > 0 and names or nil },
-    host.os)
+  if #paths == 0 then return nil, {} end
+  return { method = method, paths = paths, names = #names > 0 and names or nil }, {}
 end
 
-local function binary_actions(ctx, host, items)
+local function binary_staged(host, items)
   local lines = {}
   for i, it in ipairs(items) do
     lines[#lines + 1] = shell.fmt("[ -f %s ] && echo S" .. i, it.path)
@@ -65,22 +63,27 @@ local function binary_actions(ctx, host, items)
       end
     end
   end
-  local acts = {}
-  if #moves > 0 then
-    local eng = ctx.engine or engine.for_package(ctx.distro)
-    acts = eng:install(engine.node_of(host), { method = "binary", moves = moves }, host.os)
-  end
-  for _, a in ipairs(links) do acts[#acts + 1] = a end
-  return acts
+  return #moves > 0 and { method = "binary", moves = moves } or nil, links
 end
 
-function M.actions(ctx, host)
+function M.staged(ctx, host)
   local method = uploads.method(ctx, host)
   local items, err = uploads.items(ctx, host, "engine")
   if not items then error(host.name .. ": " .. tostring(err), 0) end
-  if #items == 0 then return {} end
-  if method == "binary" then return binary_actions(ctx, host, items) end
-  return package_actions(ctx, host, method, items)
+  if #items == 0 then return nil, {} end
+  if method == "binary" then return binary_staged(host, items) end
+  return package_staged(host, method, items)
+end
+
+function M.actions(ctx, host)
+  local staged, links = M.staged(ctx, host)
+  local acts = {}
+  if staged then
+    local eng = ctx.engine or engine.for_package(ctx.distro)
+    acts = eng:install(engine.node_of(host), staged, host.os)
+  end
+  for _, a in ipairs(links) do acts[#acts + 1] = a end
+  return acts
 end
 
 return M
