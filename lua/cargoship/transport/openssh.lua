@@ -241,8 +241,10 @@ for d in "$base"/*/; do
   echo "closed the ssh masters of a dead run: $d"
   rm -rf -- "$d"
 done
-rm -rf -- "${base:?}/$me"
-mkdir -- "$base/$me" && printf '%s\n' "$owner" >"$base/$me/owner"
+# ours appears whole, owner file and all (a rename): a run sweeping at the same moment never
+# sees it ownerless, which it would take for a dead run's and remove
+rm -rf -- "${base:?}/$me" "${base:?}/.$me.new"
+mkdir -- "$base/.$me.new" && printf '%s\n' "$owner" >"$base/.$me.new/owner" && mv -- "$base/.$me.new" "$base/$me"
 ]]
 
 -- The run's directory (made at the first call; every task waits for the one making it).
@@ -480,10 +482,12 @@ local function start_master(self)
   if f then f:write(self.master_pid, "\n") f:close() end
   local limit = (self.kind.timeout or 30) * 2 + 5
   local deadline = loop.now() + limit
+  local ended   -- the master closed its stdout (it exited) before it was ready
   local ok, ready = pcall(function()
     local buf = ""
     while not buf:find(M.READY, 1, true) do
       local chunk = p:read("stdout", nil, math.max(0, deadline - loop.now()))
+      if chunk == "" then ended = true end
       if not chunk or chunk == "" then return false end
       buf = buf .. chunk
     end
@@ -497,7 +501,9 @@ local function start_master(self)
   p:close()
   forget(self)
   if not ok then error(ready, 0) end
-  local said = log:find("%S") and summary(log) or ("the ssh master did not start within " .. limit .. " s")
+  local said = log:find("%S") and summary(log)
+    or (ended and "the ssh master exited before it was ready, saying nothing")
+    or ("the ssh master did not start within " .. limit .. " s")
   return nil, self.name .. ": connect: " .. said, M.classify(log)
 end
 

@@ -395,3 +395,28 @@ describe("uploads of ssh: hosts through a master (upload_transport)", function()
     assert.matches("behind a bastion", berr, 1, true)
   end)
 end)
+
+describe("openSSH masters' directory, with runs starting at once", function()
+  it("never lets a run sweeping at the same moment see another's directory ownerless and remove it", function()
+    local tmp = sh("mktemp -d"):gsub("%s+$", "")
+    local setup = tmp .. "/setup.sh"
+    local f = assert(io.open(setup, "wb"))
+    f:write(openssh.SETUP)
+    f:close()
+    -- 10 rounds of 16 runs setting up at once, each owned by a live process (one `sleep`):
+    -- every directory must be there at the end (the race lost one in ~60 before the rename)
+    local out = sh(table.concat({
+      "base=" .. q(tmp .. "/base"),
+      "sleep 120 & sp=$!",
+      "st=$(sed 's/^.*) //' /proc/$sp/stat | awk '{print $20}')",
+      "for r in 1 2 3 4 5 6 7 8 9 10; do pids=",
+      "  for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do",
+      "    sh " .. q(setup) .. " \"$base\" r$r-$i \"$sp $st\" /bin/false >/dev/null 2>&1 & pids=\"$pids $!\"",
+      "  done; wait $pids",
+      "done",
+      "kill $sp; ls \"$base\" | wc -l",
+    }, "\n"))
+    sh("rm -rf " .. q(tmp))
+    assert.are.equal("160", out:match("(%d+)%s*$"))
+  end)
+end)
