@@ -19,33 +19,7 @@ local journal = {}   -- every command of every host, in order: "cp1: systemctl s
 
 -- rules: list of {pattern, out, code} or {pattern, fn = function(cmd) -> out, code}
 local function conn(name, rules)
-  local c = {}
-  local function answer(cmd)
-    journal[#journal + 1] = name .. ": " .. cmd
-    for _, r in ipairs(rules) do
-      if cmd:find(r[1], 1, true) then
-        if r.fn then return r.fn(cmd) end
-        return r[2] or "", r[3] or 0
-      end
-    end
-    -- a batched probe (host:probes) no rule answers: every key answers empty (facts.host reads
-    -- that as "no such file"), as a fresh host does
-    local batched = {}
-    for key in cmd:gmatch("printf '\\036cs%-begin:%%s\\n' '([^']+)'") do
-      batched[#batched + 1] = "\30cs-begin:" .. key .. "\n\30cs-end:" .. key .. ":0\n"
-    end
-    return table.concat(batched), 0
-  end
-  function c.exec(_, cmd)
-    local out, code = answer(cmd)
-    return out, code == 0 and "" or "failed", code
-  end
-  function c.check(_, cmd)
-    local out, code = answer(cmd)
-    if code ~= 0 then return nil, name .. ": command failed (exit " .. code .. "): " .. out, "exit" end
-    return out, ""
-  end
-  return c
+  return support.scripted(name, rules, function(line) journal[#journal + 1] = line end)
 end
 
 -- o.staged: the upload phases staged the k3s binary there (the install probe finds it).
@@ -71,18 +45,7 @@ local function context(hosts, o)
   return ctx
 end
 
--- What the runner does for a phase: prepare, assess each host, plan, run.
-local function drive(phase, ctx)
-  local work = phase.prepare(ctx)
-  ctx._planned, ctx._outcomes, ctx._steps = {}, {}, phase.steps
-  local with = {}
-  for _, h in ipairs(work) do
-    local acts = phase.assess(ctx, h)
-    if #acts > 0 then ctx._planned[h] = acts; with[#with + 1] = h end
-  end
-  if #with == 0 then return true, "nothing" end
-  return phase.run(ctx, with)
-end
+local drive = support.drive
 
 local function run(fn)
   local ok, a, b = loop.run(fn)

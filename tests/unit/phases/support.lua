@@ -125,4 +125,50 @@ function M.errors(err)
   return out
 end
 
+-- M.scripted(name, rules, record) -> a connection for a real (writing) Host: each command is
+-- passed to record("name: cmd") and answered by the first rule whose pattern it contains:
+-- {pattern, out, code} or {pattern, fn = function(cmd) -> out, code}. A batched probe
+-- (host:probes) no rule answers gets every key empty, as a fresh host answers facts.host;
+-- any other command, "" and exit 0.
+function M.scripted(name, rules, record)
+  local c = {}
+  local function reply(cmd)
+    record(name .. ": " .. cmd)
+    for _, r in ipairs(rules) do
+      if cmd:find(r[1], 1, true) then
+        if r.fn then return r.fn(cmd) end
+        return r[2] or "", r[3] or 0
+      end
+    end
+    local batched = {}
+    for key in cmd:gmatch("printf '\\036cs%-begin:%%s\\n' '([^']+)'") do
+      batched[#batched + 1] = "\30cs-begin:" .. key .. "\n\30cs-end:" .. key .. ":0\n"
+    end
+    return table.concat(batched), 0
+  end
+  function c.exec(_, cmd)
+    local out, code = reply(cmd)
+    return out, code == 0 and "" or "failed", code
+  end
+  function c.check(_, cmd)
+    local out, code = reply(cmd)
+    if code ~= 0 then return nil, name .. ": command failed (exit " .. code .. "): " .. out, "exit" end
+    return out, ""
+  end
+  return c
+end
+
+-- M.drive(phase, ctx): what the runner does for a phase: prepare, assess each host, plan, run.
+function M.drive(phase, ctx)
+  local work = phase.prepare(ctx)
+  ctx._planned, ctx._outcomes, ctx._steps = {}, {}, phase.steps
+  local with = {}
+  for _, h in ipairs(work) do
+    local acts = phase.assess(ctx, h)
+    if #acts > 0 then ctx._planned[h] = acts; with[#with + 1] = h end
+  end
+  if #with == 0 then return true, "nothing" end
+  return phase.run(ctx, with)
+end
+
 return M

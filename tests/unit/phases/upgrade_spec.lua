@@ -15,27 +15,7 @@ local OLD, NEW = "v1.35.1+k3s1", "v1.35.2+k3s1"
 local journal, version, blocked, stuck, workload_answers = {}, {}, {}, {}, {}
 
 local function conn(name, rules)
-  local c = {}
-  local function answer(cmd)
-    journal[#journal + 1] = name .. ": " .. cmd
-    for _, r in ipairs(rules) do
-      if cmd:find(r[1], 1, true) then
-        if r.fn then return r.fn(cmd) end
-        return r[2] or "", r[3] or 0
-      end
-    end
-    return "", 0
-  end
-  function c.exec(_, cmd)
-    local out, code = answer(cmd)
-    return out, code == 0 and "" or "failed", code
-  end
-  function c.check(_, cmd)
-    local out, code = answer(cmd)
-    if code ~= 0 then return nil, name .. ": command failed (exit " .. code .. "): " .. out, "exit" end
-    return out, ""
-  end
-  return c
+  return support.scripted(name, rules, function(line) journal[#journal + 1] = line end)
 end
 
 -- The leader's kubectl: node listings at each node's running version, drains (refused for a
@@ -100,17 +80,7 @@ local function context(hosts, options, profiles)
   return ctx
 end
 
-local function drive(phase, ctx)
-  local work = phase.prepare(ctx)
-  ctx._planned, ctx._outcomes, ctx._steps = {}, {}, phase.steps
-  local with = {}
-  for _, h in ipairs(work) do
-    local acts = phase.assess(ctx, h)
-    if #acts > 0 then ctx._planned[h] = acts; with[#with + 1] = h end
-  end
-  if #with == 0 then return true, "nothing" end
-  return phase.run(ctx, with)
-end
+local drive = support.drive
 
 local function run(fn)
   local ok, a, b = loop.run(fn)
