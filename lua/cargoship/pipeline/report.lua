@@ -355,7 +355,8 @@ local function footer(report, heading)
       end
       return "Nothing to do." .. changed
     end
-    return "Applied: every phase finished."
+    -- apply's own word; another pipeline command says its heading (a kubeconfig run applied nothing)
+    return (heading == "Apply" and "Applied" or heading) .. ": every phase finished."
   elseif o == "interrupted" then
     return "Interrupted." .. (report.dry_run and changed or "")
   elseif o == "failed" then

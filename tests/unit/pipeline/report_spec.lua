@@ -91,6 +91,17 @@ describe("report text", function()
     assert.are.equal(GOLDEN_FAILED, report.text(rep))
   end)
 
+  it("ends a finished real run in the command's word: Applied for apply, the heading for another", function()
+    local calls = {}
+    local rep = S.run(S.ctx { dry_run = false }, {
+      S.phase(calls, "look", { title = "Look", dry_run = "read_only", run = function() return true end }) })
+    assert.are.equal("ok", rep.outcome)
+    assert.matches("\nApplied: every phase finished.\n$", report.text(rep))
+    local text = report.text(rep, { heading = "Kubeconfig" })
+    assert.matches("\nKubeconfig: every phase finished.\n$", text)
+    assert.is_nil(text:find("Applied", 1, true))
+  end)
+
   it("says once what three or more hosts would do alike, naming a few", function()
     local hosts = {}
     for i = 1, 7 do hosts[i] = { name = "n" .. i, role = i == 1 and "controller" or "worker" } end
