@@ -13,7 +13,9 @@ local proc = require "cargoship.proc"
 local subprocess = require "cargoship.subprocess"
 local util = require "cargoship.util"
 
-local M = {}
+local M = {
+  program = "ssh-agent",   -- the agent started (a spec puts a slow starter here)
+}
 
 local Agent = {}
 Agent.__index = Agent
@@ -42,6 +44,21 @@ local function exists(path)
   return f ~= nil or errno ~= 2
 end
 
+-- The agent answers on its socket (up to 5 s). The socket's file appears at bind(), before
+-- the agent listens, and a connection in between is refused; `ssh-add -l` exits 2 only when it
+-- cannot talk to the agent (1: no identities yet). -> true | false
+local function listening(self, sock)
+  for _ = 1, 100 do
+    if self.agent:wait(0.05) then return false end   -- the agent ended
+    if exists(sock) then
+      local _, _, code = subprocess.run({ "ssh-add", "-l" }, { stderr = "stdout", timeout = 10,
+        env = { SSH_AUTH_SOCK = sock } })
+      if code == 0 or code == 1 then return true end
+    end
+  end
+  return false
+end
+
 -- Fills the private directory, starts the agent and its watchdog, has ssh-add decrypt the key
 -- -> self | nil, why (the caller stops self on either)
 local function launch(self, key_path, passphrase)
@@ -52,7 +69,7 @@ local function launch(self, key_path, passphrase)
     .. "\nexec head -n 1 " .. q(fifo) .. "\n", tonumber("700", 8))
   if ok then ok, err = sh({ "mkfifo", "-m", "600", fifo }) end
   if ok then
-    self.agent, err = proc.spawn { argv = { "ssh-agent", "-D", "-a", sock }, stdout = "null", stderr = "null" }
+    self.agent, err = proc.spawn { argv = { M.program, "-D", "-a", sock }, stdout = "null", stderr = "null" }
   end
   if not self.agent then return nil, "cannot start ssh-agent: " .. tostring(err) end
   self.pid = self.agent:pid()
@@ -60,10 +77,7 @@ local function launch(self, key_path, passphrase)
   local watch = "while kill -0 " .. util.getpid() .. " 2>/dev/null; do sleep 2; done; kill " .. self.pid
     .. "; rm -rf " .. q(dir)
   self.watchdog = proc.spawn { argv = { "sh", "-c", watch }, stdout = "null", stderr = "null" }
-  for _ = 1, 100 do
-    if exists(sock) or self.agent:wait(0.05) then break end
-  end
-  if not exists(sock) then return nil, "cannot start ssh-agent: ssh-agent did not start" end
+  if not listening(self, sock) then return nil, "cannot start ssh-agent: ssh-agent did not start" end
   -- opened read-write, the FIFO never blocks us: the line waits in it until the helper
   -- reads it, and if ssh-add fails before asking, nobody waits on anybody
   local w <close> = io.open(fifo, "r+")

@@ -61,6 +61,26 @@ describe("ssh.agent", function()
     a:stop()   -- idempotent
   end)
 
+  it("waits for the agent to listen, not only for its socket's file", function()
+    -- a starter that binds the socket and keeps it unlistened 0.5 s (ssh-agent's bind-then-listen
+    -- window, widened), then starts the real agent on it: a connection before then is refused
+    local slow = dir .. "/slow-agent"
+    local f = assert(io.open(slow, "w"))
+    f:write("#!/usr/bin/python3\nimport os, socket, sys, time\n",
+      "path = sys.argv[sys.argv.index('-a') + 1]\n",
+      "s = socket.socket(socket.AF_UNIX); s.bind(path); time.sleep(0.5); s.close(); os.unlink(path)\n",
+      "os.execvp('ssh-agent', ['ssh-agent'] + sys.argv[1:])\n")
+    f:close()
+    assert(os.execute("chmod 755 " .. q(slow)))
+    agent.program = slow
+    local ok, a, err = pcall(run, function() return agent.start(key, "pass phrase") end)
+    agent.program = "ssh-agent"
+    assert(ok, a)
+    assert.is_table(a, tostring(err))
+    assert.matches("cargoship-spec (ED25519)", sh("SSH_AUTH_SOCK=" .. q(a.socket) .. " ssh-add -l"), 1, true)
+    a:stop()
+  end)
+
   it("says so when the passphrase is wrong, leaving nothing behind", function()
     local a, err = run(function() return agent.start(key, "wrong") end)
     assert.is_nil(a)
