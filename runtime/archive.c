@@ -394,6 +394,55 @@ static int l_archive_extract(lua_State *L) {
   return 1;
 }
 
+/* archive.member(source, name, {memory = bool, prefix = bool, max = bytes}) -> bytes, member name
+ *   | nil, msg, "io": the first member of a tar or ar archive (a .deb is an ar of tarballs)
+ * whose name (leading "./" dropped) is name, or starts with it when prefix is true; source is
+ * a file's path, or the archive's bytes when memory is true (a member read earlier). At most
+ * max bytes (default 1 MiB) are read: this is for metadata (a .deb's control), not payloads. */
+static int l_archive_member(lua_State *L) {
+  size_t slen = 0, nlen = 0;
+  const char *src = luaL_checklstring(L, 1, &slen);
+  const char *want = luaL_checklstring(L, 2, &nlen);
+  int memory = 0, prefix = 0;
+  lua_Integer max = 1 << 20;
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "memory");
+    memory = lua_toboolean(L, -1);
+    lua_getfield(L, 3, "prefix");
+    prefix = lua_toboolean(L, -1);
+    lua_getfield(L, 3, "max");
+    max = luaL_optinteger(L, -1, max);
+    lua_pop(L, 3);
+  }
+  const char *subject = memory ? want : src;
+  struct archive *a = archive_read_new();
+  if (!a) return cs_fail(L, subject, "open", "out of memory", "io");
+  archive_read_support_filter_all(a);
+  archive_read_support_format_tar(a);
+  archive_read_support_format_gnutar(a);
+  archive_read_support_format_ar(a);
+  int r = memory ? archive_read_open_memory(a, src, slen) : archive_read_open_filename(a, src, BLOCK);
+  if (r != ARCHIVE_OK) READ_FAIL(arc_fail(L, subject, "open", a));
+  struct archive_entry *e;
+  while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+    const char *name = strip_dot(archive_entry_pathname(e) ? archive_entry_pathname(e) : "");
+    if (prefix ? strncmp(name, want, nlen) != 0 : strcmp(name, want) != 0) continue;
+    la_int64_t size = archive_entry_size(e);
+    if (size < 0 || size > max) READ_FAIL(cs_fail(L, subject, "read", "member too large for metadata", "io"));
+    luaL_Buffer b;
+    char *p = luaL_buffinitsize(L, &b, (size_t)size);
+    la_ssize_t got = archive_read_data(a, p, (size_t)size);
+    if (got < 0) READ_FAIL(arc_fail(L, subject, "read", a));
+    luaL_pushresultsize(&b, (size_t)got);
+    lua_pushstring(L, name);
+    archive_read_free(a);
+    return 2;
+  }
+  if (r != ARCHIVE_EOF) READ_FAIL(arc_fail(L, subject, "read", a));
+  lua_pushfstring(L, "no member %s%s", want, prefix ? "*" : "");
+  READ_FAIL(cs_fail(L, subject, "read", lua_tostring(L, -1), "io"));
+}
+
 static int l_archive_version(lua_State *L) {
   lua_pushstring(L, archive_version_details());
   return 1;
@@ -403,6 +452,7 @@ static const luaL_Reg archive_funcs[] = {
   {"write", l_archive_write},
   {"list", l_archive_list},
   {"extract", l_archive_extract},
+  {"member", l_archive_member},
   {"version", l_archive_version},
   {NULL, NULL}
 };

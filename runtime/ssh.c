@@ -10,6 +10,64 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* ---- the session's heap ---------------------------------------------------------------
+ * libssh2 allocates a session's memory through these, and hard close frees what
+ * libssh2_session_free left: libssh2 1.10 frees neither an SFTP handle cut off mid-write
+ * (a cancelled or timed-out put: its handle and its writes in flight, ~256 KiB) nor the
+ * SFTP state when the session goes, and a cut handle cannot be closed without waiting. */
+
+static void heap_link(cs_ssh *ss, cs_block *b) {
+  b->l.prev = NULL;
+  b->l.next = ss->heap;
+  if (ss->heap) ss->heap->l.prev = b;
+  ss->heap = b;
+}
+
+static void heap_unlink(cs_ssh *ss, cs_block *b) {
+  if (b->l.prev) b->l.prev->l.next = b->l.next;
+  else ss->heap = b->l.next;
+  if (b->l.next) b->l.next->l.prev = b->l.prev;
+}
+
+LIBSSH2_ALLOC_FUNC(cs_ssh_alloc) {
+  cs_ssh *ss = *abstract;
+  cs_block *b = malloc(sizeof *b + count);
+  if (!b) return NULL;
+  heap_link(ss, b);
+  return b + 1;
+}
+
+LIBSSH2_REALLOC_FUNC(cs_ssh_realloc) {
+  if (!ptr) return cs_ssh_alloc(count, abstract);
+  cs_ssh *ss = *abstract;
+  cs_block *b = (cs_block *)ptr - 1;
+  heap_unlink(ss, b);
+  cs_block *nb = realloc(b, sizeof *nb + count);
+  if (!nb) {
+    heap_link(ss, b);
+    return NULL;
+  }
+  heap_link(ss, nb);
+  return nb + 1;
+}
+
+LIBSSH2_FREE_FUNC(cs_ssh_free) {
+  if (!ptr) return;
+  cs_ssh *ss = *abstract;
+  cs_block *b = (cs_block *)ptr - 1;
+  heap_unlink(ss, b);
+  free(b);
+}
+
+/* Frees every block still listed: called once libssh2 holds nothing of the session. */
+static void heap_drain(cs_ssh *ss) {
+  while (ss->heap) {
+    cs_block *b = ss->heap;
+    ss->heap = b->l.next;
+    free(b);
+  }
+}
+
 /* ---- sessions: bookkeeping ---------------------------------------------------------- */
 
 cs_ssh *cs_ssh_check(lua_State *L, int idx) {
@@ -93,7 +151,15 @@ int cs_ssh_fail(lua_State *L, cs_ssh *ss, const char *code, const char *op, cons
   } else {
     char *msg = NULL;
     int rc = ss && ss->s ? libssh2_session_last_error(ss->s, &msg, NULL, 0) : 0;
-    lua_pushfstring(L, "%s: %s: %s (libssh2 %d)", who, op, msg && *msg ? msg : "failed", rc);
+    if (rc == LIBSSH2_ERROR_SOCKET_RECV || rc == LIBSSH2_ERROR_SOCKET_DISCONNECT || rc == LIBSSH2_ERROR_SOCKET_SEND) {
+      /* the peer's end of the socket is gone (sshd killed, host rebooting): say so, not a number */
+      lua_pushfstring(L, "%s: %s: connection closed by the host", who, op);
+      code = "closed";
+      /* nothing more can pass: the session says so (state "broken"), so cleanup reconnects */
+      cs_ssh_break(L, ss, "connection closed by the host");
+    } else {
+      lua_pushfstring(L, "%s: %s: %s (libssh2 %d)", who, op, msg && *msg ? msg : "failed", rc);
+    }
   }
   lua_pushstring(L, code);
   return 3;
@@ -107,6 +173,7 @@ void cs_ssh_hard_close(cs_ssh *ss) {
     for (int i = 0; i < 100 && libssh2_session_free(ss->s) == LIBSSH2_ERROR_EAGAIN; i++) {}
     ss->s = NULL;
   }
+  heap_drain(ss);
   if (ss->fd >= 0) close(ss->fd);
   ss->fd = -1;
   ss->sftp = NULL;

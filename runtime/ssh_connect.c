@@ -19,6 +19,13 @@ static LIBSSH2_RECV_FUNC(counting_recv) {
   ss->rx += (unsigned long)r;
   return r;
 }
+/* Has the server closed the connection? (recv sees EOF again after libssh2 met it.) sshd
+ * closes it without a word when it accepts the key but its account checks refuse the user. */
+static int closed_by_peer(int fd) {
+  char c;
+  return fd >= 0 && recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 /* ---- connect: TCP, handshake, host key, auth, as one yielding call --------------------
  * Stack while connecting: [opts, session]. */
 
@@ -104,7 +111,7 @@ static int session_start(lua_State *L, cs_ssh *ss) {
   socklen_t elen = sizeof err;
   getsockopt(ss->fd, SOL_SOCKET, SO_ERROR, &err, &elen);
   if (err) return fail_errno(L, ss, "connect", err, err == ECONNREFUSED ? "refused" : "io");
-  ss->s = libssh2_session_init_ex(NULL, NULL, NULL, ss);
+  ss->s = libssh2_session_init_ex(cs_ssh_alloc, cs_ssh_free, cs_ssh_realloc, ss);
   if (!ss->s) return luaL_error(L, "ssh: out of memory");
   libssh2_session_callback_set(ss->s, LIBSSH2_CALLBACK_RECV, (void *)counting_recv);
   libssh2_session_set_blocking(ss->s, 0);
@@ -209,6 +216,11 @@ static int connect_step(lua_State *L, cs_ssh *ss, double deadline) {
           return cs_ssh_fail(L, ss, "auth", "auth (cannot read or decrypt the key file)", NULL);
         if (rc == LIBSSH2_ERROR_AUTHENTICATION_FAILED || rc == LIBSSH2_ERROR_PUBLICKEY_UNVERIFIED) {
           const char *user = opt_str(L, "user");
+          if (closed_by_peer(ss->fd))
+            return cs_ssh_fail(L, ss, "auth", "auth", "connection closed by the host after key %s for user %s: "
+                               "its account checks refused the login (/run/nologin while it boots, /etc/nologin, "
+                               "a locked or expired account, AllowUsers/DenyUsers)",
+                               opt_str(L, "key_path"), user ? user : "root");
           return cs_ssh_fail(L, ss, "auth", "auth", "the server refused key %s for user %s",
                              opt_str(L, "key_path"), user ? user : "root");
         }

@@ -4,6 +4,7 @@
 
 #include "cs.h"
 
+#include <stddef.h>
 #include <libssh2.h>
 #include <libssh2_sftp.h>
 
@@ -38,8 +39,15 @@ void cs_kh_fingerprint(LIBSSH2_SESSION *s, char *out, size_t len);
 /* accept-new: remembers the key and appends its line to the file; 0 on success. */
 int cs_kh_learn(cs_kh *k, const char *host, int port, const char *key, size_t klen, int type);
 
+/* A block of a session's heap: what libssh2 allocated for it, listed (see cs_ssh_heap). */
+typedef union cs_block {
+  struct { union cs_block *prev, *next; } l;
+  max_align_t align;
+} cs_block;
+
 typedef struct cs_ssh {
   LIBSSH2_SESSION *s;
+  cs_block *heap;          /* every block libssh2 holds for this session, freed with it */
   int fd;
   int state;
   char *name;              /* the host as messages name it */
@@ -93,6 +101,12 @@ int cs_ssh_fail(lua_State *L, cs_ssh *ss, const char *code, const char *op, cons
 /* Marks the session broken: socket shut down, every later call fails at once, naming why
  * (NULL: "connection lost"). */
 void cs_ssh_break(lua_State *L, cs_ssh *ss, const char *why);
+
+/* libssh2's allocator for a session (abstract = the cs_ssh): its blocks are listed in
+ * ss->heap, so cs_ssh_hard_close frees whatever libssh2_session_free left behind. */
+LIBSSH2_ALLOC_FUNC(cs_ssh_alloc);
+LIBSSH2_REALLOC_FUNC(cs_ssh_realloc);
+LIBSSH2_FREE_FUNC(cs_ssh_free);
 
 /* Frees the session's libssh2 state and socket without a goodbye (abort, __gc). */
 void cs_ssh_hard_close(cs_ssh *ss);

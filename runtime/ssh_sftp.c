@@ -105,7 +105,8 @@ static void op_cleanup(lua_State *L, cs_sftp *op) {
     cs_waitq_wake(L, &ss->q);
   }
   if (ss && ss->send_owner == op) cs_ssh_break(L, ss, "a transfer was cut off mid-packet");
-  /* a handle cut short cannot be closed without waiting; freeing the session frees it */
+  /* a handle cut short cannot be closed without waiting: the session's heap (ssh.c) frees
+   * it with the session, since libssh2 1.10's session free does not */
   op->h = NULL;
   if (op->src) src_release(op->src);
   op->src = NULL;
