@@ -183,4 +183,17 @@ describe("a failed command's error text", function()
     assert.are.same({ "line 1", "[... 19 lines ...]", "line 21" }, { got[1], got[2], got[3] })
     assert.are.equal("line 30", got[12])
   end)
+  it("puts stdout's last lines before stderr: apt says why on stdout and only that it failed on stderr", function()
+    -- the real apt-get's streams of a simulation with an unmet dependency (tests/fixtures/predict)
+    local dir = (os.getenv("CARGOSHIP_SOURCE_DIR") or ".") .. "/tests/fixtures/predict/"
+    local function read(p) local f = assert(io.open(dir .. p)); local s = f:read("a"); f:close(); return s end
+    local text = transport.failure_text(read("apt-satisfy-unmet.stdout"), read("apt-satisfy-unmet.stderr"))
+    assert.matches("Depends: cs-nonexistent-xyz (>= 1) but it is not installable", text, 1, true)
+    assert.matches("\nE: Unable to correct problems, you have held broken packages.$", text)
+    local n = select(2, text:gsub("\n", "")) + 1
+    assert.is_true(n <= 9, n)
+    assert.are.equal("only stderr", transport.failure_text("", "only stderr\n"))
+    assert.are.equal("only stdout", transport.failure_text("only stdout\n", nil))
+    assert.is_nil(transport.failure_text(" \n", ""))
+  end)
 end)

@@ -86,6 +86,24 @@ describe("the upload path", function()
     assert.are.equal(1, syncs, "only the copy of a staged upload is synced again")
   end)
 
+  -- round trips: an upload is the check of the target, the put and the finishing script;
+  -- one whose phase already read the target (opts.assessed) skips the check: two
+  it("sends an upload its phase assessed in two round trips (put, finish), skipping the target's re-check",
+    function()
+    local s = fake_session()
+    local c = connection(s, true)
+    loop.run(function()
+      assert(c:upload(dir .. "/not-read", "/opt/x/blob", { sha256 = string.rep("a", 64), assessed = true }))
+    end)
+    assert.are.equal(2, c.round_trips)
+    assert.are.equal(1, #s.wires, "only the finishing script runs as a command")
+    assert.is_nil(s.wires[1]:find("avail", 1, true), "no re-check of the target (hash, mode, free space)")
+    local plain = fake_session()
+    local c2 = connection(plain, true)
+    loop.run(function() assert(c2:upload(dir .. "/not-read", "/opt/x/blob", { sha256 = string.rep("a", 64) })) end)
+    assert.are.equal(3, c2.round_trips, "without the phase's assessment the transport checks first")
+  end)
+
   it("stages a non-root upload without fsync and syncs the copy beside the target", function()
     local s = fake_session()
     local f = dir .. "/blob"

@@ -16,13 +16,20 @@
 -- released through the same connection, goes only after the commands it guarded.
 -- Processes that drop their environment (env -i, a service manager's units) are not ours.
 --
+-- Commands that must not be killed half-way (opts.finish = seconds: a package manager's
+-- transaction, which leaves its database broken when killed mid-unpack): their output goes
+-- to files on the host and is copied out at their end, so a channel closed by a cancellation
+-- cannot SIGPIPE them; a cancellation then waits up to `finish` seconds for their processes
+-- to end on their own before it ends what is left, as above.
+--
 -- Long commands: an exec request must fit one SSH packet, so a command whose wire form is
 -- over M.MAX_INLINE bytes is sent over stdin to the host's shell instead. A command that
 -- also has stdin of its own must stay under the limit.
 --
 -- The methods below live on a connection (transport/connection.lua) and use of it only:
 -- session (its exec, see transport/init.lua), name, user, root, tag_base, commands,
--- ncommands, and sudo_ok/sudo_err once decided.
+-- ncommands, and sudo_ok/sudo_err once decided; they count round_trips (commands sent, each
+-- with its sudo check and kill scripts; transfer.lua adds one per file sent).
 local loop = require "cargoship.loop"
 local util = require "cargoship.util"
 
@@ -59,22 +66,43 @@ end
 M.split_marker = split_marker
 
 -- Decides once whether this host needs sudo and whether sudo works without a password.
+-- Judges what `sudo -n true` answered (exit code, stderr), once per connection.
+local function judge_sudo(self, code, err)
+  if code == 0 then
+    self.sudo_ok = true
+  elseif err and err:find("password", 1, true) then
+    self.sudo_ok, self.sudo_err = false, self.name .. ": sudo: user " .. self.user
+    .. " needs a password for sudo; cargoship needs passwordless sudo (NOPASSWD) or root login"
+  else
+    self.sudo_ok, self.sudo_err = false, self.name .. ": sudo: does not work for user " .. self.user
+    .. ": " .. ((err and err ~= "" and err:gsub("%s+$", "")) or "exit " .. tostring(code))
+  end
+end
+
+-- conn:sudo_answer(code, err): what `sudo -n true` answered inside a batch that asked it on
+-- the way (facts/prefetch.lua), so deciding sudo costs no round trip of its own.
+function methods:sudo_answer(code, err)
+  if self.root or self.sudo_ok ~= nil then return end
+  judge_sudo(self, code, err)
+end
+
 function methods:sudo_prefix()
   if self.root then return "" end
   if self.sudo_ok == nil then
     local _, err, code = self:raw("sudo -n true", {})
-    if code == 0 then
-      self.sudo_ok = true
-    elseif err and err:find("password", 1, true) then
-      self.sudo_ok, self.sudo_err = false, self.name .. ": sudo: user " .. self.user
-        .. " needs a password for sudo; cargoship needs passwordless sudo (NOPASSWD) or root login"
-    else
-      self.sudo_ok, self.sudo_err = false, self.name .. ": sudo: does not work for user " .. self.user
-        .. ": " .. ((err and err ~= "" and err:gsub("%s+$", "")) or "exit " .. tostring(code))
-    end
+    judge_sudo(self, code, err)
   end
   if not self.sudo_ok then return nil, self.sudo_err, "auth" end
   return "sudo -n "
+end
+
+-- conn:sudo_known() -> the sudo prefix ("" as root) once it is known to work, else nil: a
+-- batch that runs some commands as root inside one command (facts/prefetch.lua) must not
+-- spend a round trip finding out, nor fail where the command itself would report why.
+function methods:sudo_known()
+  if self.root then return "" end
+  if self.sudo_ok then return "sudo -n " end
+  return nil
 end
 
 -- Wraps a stderr callback so the marker never reaches it: everything from the last
@@ -114,6 +142,9 @@ function methods:raw(cmd, opts)
     o.on_stderr = filter.feed
     opts = o
   end
+  -- every command is a round trip to the host, whoever sends it: the runner reports the count
+  -- per host and phase (host:round_trips), and the dry run's budget is stated in them
+  self.round_trips = (self.round_trips or 0) + 1
   local out, err, status, signal = self.session:exec(wire, opts)
   if not out then return nil, err, status end
   local clean, code
@@ -161,6 +192,27 @@ local function kill_commands(self, list)
   return nil, err, code
 end
 
+-- The host's side of waiting for a command's processes to end on their own: exit 0 once
+-- none carries the tag, 1 after `seconds`.
+local function wait_script(tag, seconds)
+  return table.concat({
+    "n=0",
+    "while :; do",
+    "  grep -lsxzqF -e " .. util.quote(TAG_VAR .. "=" .. tag) .. " /proc/[0-9]*/environ 2>/dev/null || exit 0",
+    "  n=$((n + 1)); [ $n -le " .. math.ceil(seconds * 4) .. " ] || exit 1",
+    "  sleep 0.25",
+    "done",
+  }, "\n")
+end
+
+-- A finishing command's wrapper: no channel stream the command writes to can close under it.
+local function finishing(cmd)
+  return "cs_o=$(mktemp) && cs_e=$(mktemp) || exit 125\n"
+    .. "( " .. cmd .. "\n) </dev/null >\"$cs_o\" 2>\"$cs_e\"; cs_s=$?\n"
+    .. "cat \"$cs_o\"; cat \"$cs_e\" >&2; rm -f \"$cs_o\" \"$cs_e\"; exit $cs_s"
+end
+M.finishing = finishing
+
 local function command_done(self, e)
   e.done = true
   if self.commands[e.tag] then
@@ -178,6 +230,18 @@ local function end_command(self, e)
   if not ok then e.end_err = err end
   command_done(self, e)
   return ok, err
+end
+
+-- A cancelled finishing command: waits (shielded) until its processes end on their own, at
+-- most `seconds`; true when they did.
+local function await_end(self, e, seconds)
+  local prefix = ""
+  if e.sudo then prefix = self:sudo_prefix() or "" end
+  local _, _, code = self:raw(prefix .. "sh -c " .. util.quote(wait_script(e.tag, seconds)),
+    { timeout = seconds + M.KILL_TIMEOUT })
+  if code ~= 0 then return false end
+  command_done(self, e)
+  return true
 end
 
 -- Waits until every command of this connection whose task is being cancelled is confirmed
@@ -251,6 +315,10 @@ function methods:exec(cmd, opts)
   self:settle()
   self.nseq = (self.nseq or 0) + 1
   local tag = self.tag_base .. "." .. self.nseq
+  if opts.finish then
+    if opts.stdin ~= nil then error("exec: a finishing command takes no stdin", 2) end
+    cmd = finishing(cmd)
+  end
   local wire, o, ecode = tagged(self, cmd, prefix, opts, tag)
   if not wire then return nil, o, ecode end
   local e = { tag = tag, sudo = prefix ~= "", task = loop.current(), gone = loop.semaphore(0), waiters = 0 }
@@ -258,7 +326,9 @@ function methods:exec(cmd, opts)
   self.ncommands = self.ncommands + 1
   local r = table.pack(pcall(self.raw, self, wire, o))
   if not r[1] then
-    -- cancelled (or a bug): the command may still run on the host; end it first
+    -- cancelled (or a bug): the command may still run on the host; a finishing one is let
+    -- finish within its bound, then whatever is left is ended
+    if not e.done and opts.finish and r[2] == "cancelled" then pcall(loop.shield, await_end, self, e, opts.finish) end
     if not e.done then loop.shield(end_command, self, e) end
     error(r[2], 0)
   end
@@ -291,15 +361,31 @@ function M.error_text(err)
   return table.concat(lines, "\n")
 end
 
+-- What explains a failure, from both streams: a tool may say why on stdout and only that it
+-- failed on stderr (apt-get prints "The following packages have unmet dependencies: ..." on
+-- stdout, then "E: Unable to correct problems, you have held broken packages." on stderr).
+-- So stdout's last lines (at most MAX_OUT_LINES, ) come first, then
+-- stderr's as error_text keeps them; nil when neither said anything.
+local MAX_OUT_LINES = 8
+function M.failure_text(out, err)
+  local e = M.error_text(err)
+  local o = M.error_text(out)
+  if not e then return o end
+  if not o then return e end
+  local lines = {}
+  for l in o:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  return table.concat(lines, "\n", math.max(1, #lines - MAX_OUT_LINES + 1)) .. "\n" .. e
+end
+
 -- conn:check(cmd, opts) -> stdout | nil, msg, code: a non-zero exit becomes an error
--- naming the command's stderr; when that is empty, its stdout (runit's sv and others say
--- why there), else the command's start.
+-- naming what the command said (failure_text: stdout's last lines, then stderr's), else the
+-- command's start.
 function methods:check(cmd, opts)
   local out, err, code = self:exec(cmd, opts)
   if not out then return nil, err, code end
   if code ~= 0 then
     return nil, string.format("%s: command failed (exit %d): %s", self.name, code,
-      M.error_text(err) or M.error_text(out) or cmd:sub(1, 80)), "exit"
+      M.failure_text(out, err) or cmd:sub(1, 80)), "exit"
   end
   return out, err
 end

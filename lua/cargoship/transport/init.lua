@@ -50,6 +50,7 @@ local util = require "cargoship.util"
 local command = require "cargoship.transport.command"
 local transfer = require "cargoship.transport.transfer"
 local connection = require "cargoship.transport.connection"
+local pacer = require "cargoship.transport.pacer"
 
 local M = {}
 
@@ -68,6 +69,7 @@ M.MAX_INLINE = command.MAX_INLINE
 M.KILL_TIMEOUT = command.KILL_TIMEOUT
 M.HOST_SHA256 = transfer.HOST_SHA256
 M.error_text = command.error_text
+M.failure_text = command.failure_text
 M.split_marker = command.split_marker
 M.Connection = connection.Connection
 M.connection = connection.new
@@ -76,8 +78,9 @@ local Transport = {}
 Transport.__index = Transport
 
 -- M.new{known_hosts = path, host_key_policy = "strict", timeout = 30, env = os.getenv,
---       passphrase = function(key_path) -> string|nil, max_unauthenticated = 16,
---       max_per_endpoint = 6, keepalive = seconds (0: none), keepalive_count_max = n,
+--       passphrase = function(key_path) -> string|nil, max_startups = 10 (handshakes at once
+--       per host or bastion), max_unauthenticated = 16 (handshakes at once overall; both
+--       transport/pacer.lua), keepalive = seconds (0: none), keepalive_count_max = n,
 --       run_id = string, session_kind = "libssh2"|"openssh" (what opens `ssh:` blocks),
 --       ssh_program = "ssh" (the openssh kind's), log = function(line),
 --       upload_transport = "libssh2"|"openssh"|"auto" (how libssh2 hosts' files are put:
@@ -86,8 +89,14 @@ function M.new(opts)
   opts = opts or {}
   local kind = opts.session_kind or "libssh2"
   if not KINDS[kind] then error("transport: unknown session kind " .. tostring(kind), 2) end
+  -- one pacer for every kind: a host reached by libssh2 and by an upload master counts once
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.pacer = opts.pacer or pacer.new { per_endpoint = opts.max_startups, total = opts.max_unauthenticated,
+    log = opts.log }
   local self = setmetatable({
-    opts = opts,
+    opts = o,
+    pacer = o.pacer,
     kind = kind,
     run_id = opts.run_id or string.format("%d-%d", util.getpid(), math.floor(util.now() * 1000) % 1000000),
     kinds = {},
@@ -122,6 +131,14 @@ end
 -- or "localhost".
 function Transport:connect(c, name)
   name = name or c.address
+  local spare = self.spare and self.spare[name]
+  if spare then
+    self.spare[name] = nil
+    if spare.session:state() == "ready" and spare.ncommands == 0 then
+      spare.round_trips = 0   -- the pass that takes it counts its own
+      return spare
+    end
+  end
   local kind = self:kind_for(c)
   local session, err, code = self:session_kind(kind):open(c, name)
   if not session then return nil, err, code end
@@ -137,8 +154,19 @@ function Transport:connect(c, name)
   return conn
 end
 
+-- Transport:keep(): the connections open now stay open for the hosts of the next pass, which
+-- connect() hands them to by host name (still ready, nothing running on them) instead of
+-- logging in again: a handshake costs several round trips (TCP, key exchange, auth), so the
+-- real run that follows its plan at once (--confirm) does not pay them twice. The next pass
+-- re-reads every fact over them as it would over a new login; close_all closes what it leaves.
+function Transport:keep()
+  self.spare = {}
+  for _, conn in ipairs(self.connections) do self.spare[conn.name] = conn end
+end
+
 -- Closes every connection this transport opened, then what the kinds hold (bastions last).
 function Transport:close_all()
+  self.spare = nil
   for i = #self.connections, 1, -1 do self.connections[i]:close() end
   self.connections = {}
   for _, k in pairs(self.kinds) do k:close_all() end

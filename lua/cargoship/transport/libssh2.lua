@@ -11,6 +11,7 @@ local loop = require "cargoship.loop"
 local ssh = require "cargoship.ssh"
 local keys = require "cargoship.ssh.keys"
 local agent = require "cargoship.ssh.agent"
+local pacer = require "cargoship.transport.pacer"
 
 local M = {}
 
@@ -48,8 +49,8 @@ end
 M.expand_home = expand_home
 
 -- M.new{known_hosts = path, host_key_policy = "strict", timeout = 30, env = os.getenv,
---       passphrase = function(key_path) -> string|nil, max_unauthenticated = 16,
---       max_per_endpoint = 6, keepalive = seconds (0: none), keepalive_count_max = n}
+--       passphrase = function(key_path) -> string|nil, pacer (or max_startups = 10,
+--       max_unauthenticated = 16), keepalive = seconds (0: none), keepalive_count_max = n}
 -- (the transport's options, transport/init.lua)
 function M.new(opts)
   opts = opts or {}
@@ -62,11 +63,9 @@ function M.new(opts)
     passphrase = opts.passphrase,
     keepalive = opts.keepalive or M.KEEPALIVE,
     keepalive_count_max = opts.keepalive_count_max or M.KEEPALIVE_COUNT_MAX,
-    -- sshd drops unauthenticated connections beyond MaxStartups (10 by default): cap them
-    -- everywhere, and per endpoint, which is what a shared bastion sees (notes §2)
-    startups = loop.semaphore(opts.max_unauthenticated or 16),
-    per_endpoint_limit = opts.max_per_endpoint or 6,
-    endpoints = {},
+    -- sshd drops unauthenticated connections beyond MaxStartups (10 by default): handshakes
+    -- are paced per endpoint and overall, and dropped ones tried again (transport/pacer.lua)
+    pacer = opts.pacer or pacer.new { per_endpoint = opts.max_startups, total = opts.max_unauthenticated },
     key_info = {},
     bastions = {},
     collections = {},
@@ -162,39 +161,17 @@ function Kind:read_key(path, passphrase_env)
   return info
 end
 
-local function endpoint_sem(self, key)
-  local sem = self.endpoints[key]
-  if not sem then
-    sem = loop.semaphore(self.per_endpoint_limit)
-    self.endpoints[key] = sem
-  end
-  return sem
-end
-
--- One authenticated session, with the startup caps held only until auth is done, and a
--- retry with backoff when sshd drops us before its banner (MaxStartups).
-local function open_session(self, params, endpoint)
-  local sem = endpoint_sem(self, endpoint)
-  local last_err, last_code
-  for attempt = 1, 6 do
-    sem:acquire()
-    self.startups:acquire()
-    local s, err, code = ssh.connect(params)
-    if s and not params.key_path then
-      local ok, aerr, acode = s:agent_auth(params.user, params.timeout, params.agent_socket)
-      if not ok then
-        s:close()
-        s, err, code = nil, aerr, acode
-      end
+-- One authenticated session, one try (the pacer holds the startup slots and retries).
+local function open_session(params)
+  local s, err, code = ssh.connect(params)
+  if s and not params.key_path then
+    local ok, aerr, acode = s:agent_auth(params.user, params.timeout, params.agent_socket)
+    if not ok then
+      s:close()
+      s, err, code = nil, aerr, acode
     end
-    self.startups:release()
-    sem:release()
-    if s then return s end
-    last_err, last_code = err, code
-    if code ~= "closed" or params.fd then break end
-    loop.sleep(0.05 * 2 ^ (attempt - 1) * (0.5 + math.random()))
   end
-  return nil, last_err, last_code
+  return s, err, code
 end
 
 local function params_for(self, c, name)
@@ -245,7 +222,8 @@ end
 
 -- A tunnel through a bastion: one authenticated bastion session shared by every host
 -- behind it, a direct-tcpip channel per host (notes §4: 199 targets through one session).
-function Kind:bastion_fd(b, target, name)
+-- The session is opened (paced as its own endpoint) before any host behind it takes a slot.
+function Kind:bastion_session(b, name)
   local bkey = string.format("%s@%s:%d", b.user or "root", b.address, b.port or 22)
   local entry = self.bastions[bkey]
   if not entry then
@@ -259,7 +237,11 @@ function Kind:bastion_fd(b, target, name)
     entry.ready:acquire()
   end
   if not entry.session then return nil, name .. ": via " .. tostring(entry.err), entry.code end
-  local tunnel, err, code = entry.session.ssh:forward(target.address, target.port or 22, self.timeout)
+  return entry.session
+end
+
+function Kind:bastion_fd(bs, target, name)
+  local tunnel, err, code = bs.ssh:forward(target.address, target.port or 22, self.timeout)
   if not tunnel then return nil, name .. ": bastion tunnel: " .. err, code end
   local down = loop.spawn(tunnel.pump, tunnel, "down")
   local up = loop.spawn(tunnel.pump, tunnel, "up")
@@ -273,18 +255,28 @@ function Kind:open(c, name)
   name = name or c.address
   local params, err, code = params_for(self, c, name)
   if not params then return nil, err, code end
-  local pumps
+  -- a host behind a bastion: each try gets a new tunnel (a dropped handshake ends its channel)
+  local endpoint = c.bastion and ("via " .. c.bastion.address) or params.address
+  local pumps, bs
   if c.bastion then
-    local tunnel, extra, tcode = self:bastion_fd(c.bastion, c, name)
-    if not tunnel then return nil, extra, tcode end
-    params.fd, params.tunnel, pumps = tunnel:fd(), tunnel, extra
+    local berr, bcode
+    bs, berr, bcode = self:bastion_session(c.bastion, name)
+    if not bs then return nil, berr, bcode end
   end
-  local endpoint = c.bastion and ("via " .. c.bastion.address) or (params.address .. ":" .. params.port)
-  local s, serr, scode = open_session(self, params, endpoint)
-  if not s then
-    if pumps then for _, t in ipairs(pumps) do t:cancel() end end
-    return nil, serr, scode
-  end
+  local s, serr, scode = self.pacer:open(endpoint, function()
+    if bs then
+      local tunnel, extra, tcode = self:bastion_fd(bs, c, name)
+      if not tunnel then return nil, extra, tcode end
+      params.fd, params.tunnel, pumps = tunnel:fd(), tunnel, extra
+    end
+    local got, gerr, gcode = open_session(params)
+    if not got and pumps then
+      for _, t in ipairs(pumps) do t:cancel() end
+      pumps = nil
+    end
+    return got, gerr, gcode
+  end)
+  if not s then return nil, serr, scode end
   local session = setmetatable({ ssh = s, pumps = pumps }, Session)
   local interval = tonumber(option(c, "serveraliveinterval") or self.keepalive) or M.KEEPALIVE
   local count = tonumber(option(c, "serveralivecountmax") or self.keepalive_count_max) or M.KEEPALIVE_COUNT_MAX

@@ -24,12 +24,16 @@ local loop = require "cargoship.loop"
 local proc = require "cargoship.proc"
 local util = require "cargoship.util"
 local subprocess = require "cargoship.subprocess"
+local pacer = require "cargoship.transport.pacer"
 
 local M = {}
 
 -- What the master prints on stdout once it is authenticated and listening (LocalCommand runs
 -- after the control socket is bound).
 M.READY = "cargoship-master-ready"
+-- What a connection of its own (disableMultiplexing) prints on stderr once authenticated
+-- (LocalCommand runs then, before the command): its pacer slot is given back at that line.
+M.AUTHENTICATED = "cargoship-authenticated"
 
 local POLICY = { strict = "yes", ["accept-new"] = "accept-new", off = "no" }
 M.KEEPALIVE, M.KEEPALIVE_COUNT_MAX = 10, 3
@@ -97,6 +101,8 @@ function M.argv(c, o)
     add("-T")
     opt("ControlMaster", "no")
     opt("ControlPath", "none")
+    opt("PermitLocalCommand", "yes")
+    opt("LocalCommand", "echo " .. M.AUTHENTICATED .. " >&2")
   elseif o.mode == "config" then
     add("-G")
   else
@@ -328,6 +334,10 @@ local function lost_reason(self, status)
     return string.format("connection lost: no answer from the host for %d s (keepalive every %d s, %d missed)",
       self.keepalive * self.count_max, self.keepalive, self.count_max)
   end
+  if log:find("closed by remote host", 1, true) or log:find("Connection reset", 1, true)
+    or log:find("Broken pipe", 1, true) then
+    return "connection closed by the host"
+  end
   return "connection lost: the ssh master exited (" .. tostring(status) .. "): " .. summary(log)
 end
 
@@ -369,9 +379,48 @@ local function run_client(self, op, argv, opts)
   return out, err, status, signal
 end
 
+-- A client on a connection of its own (disableMultiplexing): its handshake is paced as a
+-- master's is (transport/pacer.lua), holding the endpoint's slot until ssh's LocalCommand
+-- says it is in (M.AUTHENTICATED on stderr, taken out of what the caller sees); a handshake
+-- sshd dropped, before the command could start, is tried again.
+local function run_direct(self, op, argv, opts)
+  local mark = M.AUTHENTICATED .. "\n"
+  return self.kind.pacer:open(M.endpoint(self.c), function(_, release)
+    local errs, head, seen = {}, "", false
+    local function keep(chunk)
+      if chunk == "" then return end
+      if opts.on_stderr then opts.on_stderr(chunk) else errs[#errs + 1] = chunk end
+    end
+    local o = { stdin = opts.stdin, timeout = opts.timeout, on_stdout = opts.on_stdout }
+    function o.on_stderr(chunk)
+      if seen then return keep(chunk) end
+      head = head .. chunk
+      local i, j = head:find(mark, 1, true)
+      if i then
+        seen = true
+        release()
+        keep(head:sub(1, i - 1) .. head:sub(j + 1))
+      end
+    end
+    local out, err, status, signal = run_client(self, op, argv, o)
+    if not seen then keep(head) end
+    if not out then return nil, err, status end
+    err = table.concat(errs)
+    if status == 255 and not seen and M.dropped("closed", err) then
+      return nil, self.name .. ": " .. op .. ": " .. summary(err), "closed"
+    end
+    return out, err, status, signal
+  end, M.dropped)
+end
+
+local function client(self, op, argv, opts)
+  if self.master then return run_client(self, op, argv, opts) end
+  return run_direct(self, op, argv, opts)
+end
+
 function Session:exec(cmd, opts)
   opts = opts or {}
-  local out, err, status, signal = run_client(self, "exec", argv_for(self, client_mode(self), cmd), opts)
+  local out, err, status, signal = client(self, "exec", argv_for(self, client_mode(self), cmd), opts)
   if not out then return nil, err, status end
   return out, err, status, signal
 end
@@ -393,7 +442,7 @@ function Session:put(local_path, remote, opts)
   local argv = argv_for(self, client_mode(self), M.put_command(remote, opts.mode, opts.fsync))
   table.insert(argv, 1, local_path)
   for i, v in ipairs { "sh", "-c", 'f=$1; shift; exec "$@" <"$f"', "sh" } do table.insert(argv, i, v) end
-  local out, err, status = run_client(self, "put " .. remote, argv, { timeout = opts.timeout })
+  local out, err, status = client(self, "put " .. remote, argv, { timeout = opts.timeout })
   if not out then return nil, err, status end
   if status ~= 0 then
     return nil, string.format("%s: put %s: %s", self.name, remote, summary(err)), status == 255 and "closed" or "io"
@@ -411,7 +460,7 @@ function Session:get(remote, local_path, opts)
   local argv = argv_for(self, client_mode(self), M.get_command(remote))
   table.insert(argv, 1, tmp)
   for i, v in ipairs { "sh", "-c", 'f=$1; shift; exec "$@" >"$f"', "sh" } do table.insert(argv, i, v) end
-  local ok, out, err, status = pcall(run_client, self, "get " .. remote, argv, { timeout = opts.timeout })
+  local ok, out, err, status = pcall(client, self, "get " .. remote, argv, { timeout = opts.timeout })
   if not ok then os.remove(tmp) error(out, 0) end
   if not out then os.remove(tmp) return nil, err, status end
   if status ~= 0 then
@@ -507,6 +556,30 @@ local function start_master(self)
   return nil, self.name .. ": connect: " .. said, M.classify(log)
 end
 
+-- What ssh says when sshd dropped the handshake (MaxStartups, load): worth another try.
+local DROPPED = { "kex_exchange_identification", "ssh_exchange_identification", "banner exchange",
+  "Connection reset by peer", "Connection closed by remote host" }
+function M.dropped(code, msg)
+  if code == "refused" then return "refused" end
+  for _, d in ipairs(DROPPED) do
+    if (msg or ""):find(d, 1, true) then return true end
+  end
+  return false
+end
+
+-- The endpoint whose sshd sees this host's handshakes: its jump host when it has one (every
+-- master logs in there too), else its address (one sshd may listen on several ports).
+function M.endpoint(c)
+  for k, v in pairs(c.options or {}) do
+    local key = k:lower()
+    if (key == "proxyjump" and tostring(v):lower() ~= "none")
+      or (key == "proxycommand" and tostring(v):lower() ~= "none") then
+      return "via " .. tostring(v)
+    end
+  end
+  return tostring(c.address)
+end
+
 -- ---- uploads of libssh2 hosts through a master (--upload-transport) -----------------------------
 
 -- Files at least this big go through the system's ssh under --upload-transport auto:
@@ -588,7 +661,8 @@ Kind.__index = Kind
 -- M.new(transport options): known_hosts (passed as UserKnownHostsFile unless it is the file
 -- OpenSSH reads anyway, ~/.ssh/known_hosts of the passwd home, so that ssh_config's own
 -- setting stays in force when --known-hosts was not given),
--- host_key_policy, timeout, env, keepalive, keepalive_count_max, log (function), ssh_program.
+-- host_key_policy, timeout, env, keepalive, keepalive_count_max, log (function), ssh_program,
+-- pacer (or max_startups, max_unauthenticated: transport/pacer.lua).
 function M.new(opts)
   opts = opts or {}
   local env = opts.env or os.getenv
@@ -599,6 +673,7 @@ function M.new(opts)
     keepalive = opts.keepalive or M.KEEPALIVE,
     keepalive_count_max = opts.keepalive_count_max or M.KEEPALIVE_COUNT_MAX,
     program = opts.ssh_program or "ssh", log = opts.log or function() end, sessions = {},
+    pacer = opts.pacer or pacer.new { per_endpoint = opts.max_startups, total = opts.max_unauthenticated },
   }, Kind)
 end
 
@@ -632,21 +707,26 @@ function Kind:open(c, name)
     if not user then return nil, err, code end
     s.user = user
   end
-  if c.disable_multiplexing then
-    -- every command its own connection: check this one works now, once
-    local out, err, code = run_client(s, "connect", argv_for(s, "direct", "true"), { timeout = self.timeout * 2 })
-    if not out then return nil, err, code end
-    if code ~= 0 then return nil, name .. ": connect: " .. summary(err), M.classify(err) end
-  else
+  -- paced, and tried again when sshd drops the handshake (transport/pacer.lua)
+  local ok, err, code = self.pacer:open(M.endpoint(c), function()
+    if c.disable_multiplexing then
+      -- every command its own connection: check this one works now, once
+      local out, rerr, rcode = run_client(s, "connect", argv_for(s, "direct", "true"), { timeout = self.timeout * 2 })
+      if not out then return nil, rerr, rcode end
+      rerr = rerr:gsub(M.AUTHENTICATED .. "\n", "")
+      if rcode ~= 0 then return nil, name .. ": connect: " .. summary(rerr), M.classify(rerr) end
+      return true
+    end
     local dir, derr = run_dir(self)
     if not dir then return nil, name .. ": connect: " .. derr, "io" end
     RUN.seq = RUN.seq + 1
+    s.closed = nil
     s.socket = dir .. "/" .. RUN.seq .. ".sock"
     s.pidfile = dir .. "/" .. RUN.seq .. ".pid"
     s.logfile = dir .. "/" .. RUN.seq .. ".log"
-    local ok, err, code = start_master(s)
-    if not ok then return nil, err, code end
-  end
+    return start_master(s)
+  end, M.dropped)
+  if not ok then return nil, err, code end
   self.sessions[#self.sessions + 1] = s
   return s
 end

@@ -23,7 +23,62 @@ end
 local HOST_SHA256 = shell.SHA256_FN
 M.HOST_SHA256 = HOST_SHA256
 
--- conn:upload(local, remote, {mode = "0644"|number, owner, group, timeout, sha256 = expected})
+local MiB = 1024 * 1024
+
+-- n bytes for a person: "250 MiB", "1.5 MiB", "12 KiB"; rounded down for what is free, up
+-- for what is needed, so "free" never looks like enough when it is not.
+local function mib(n, up)
+  local round = up and math.ceil or math.floor
+  local v = n / MiB
+  if v >= 10 then return string.format("%d MiB", round(v)) end
+  if v >= 1 then return string.format("%.1f MiB", round(v * 10) / 10) end
+  return string.format("%d KiB", round(n / 1024))
+end
+
+local function local_size(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local n = f:seek("end")
+  f:close()
+  return n
+end
+
+-- The shell line that prints "avail <bytes>" for the filesystem holding directory "$1".
+local AVAIL = "df -P -k -- %s 2>/dev/null | awk 'NR==2{printf \"avail %%.0f\\n\", $4*1024}'"
+
+-- The message of an upload that does not fit: named as the operator acts on it.
+local function no_space(self, remote, dir, avail, size)
+  return string.format("%s: upload %s: no space left on device on %s: %s free, %s needed",
+    self.name, remote, dir, mib(avail), mib(size, true))
+end
+
+-- Forgets temp names that are gone from the host (renamed into place, or removed).
+local function forget(self, names)
+  local keep = {}
+  for _, p in ipairs(self.temps) do
+    local gone = false
+    for _, n in ipairs(names) do gone = gone or p == n end
+    if not gone then keep[#keep + 1] = p end
+  end
+  self.temps = keep
+end
+
+-- After a put that failed (not a dropped session): removes what it wrote, so no partial
+-- file stays behind, and names a full filesystem as the cause where it is one.
+local function after_failed_put(self, remote, stage, beside, size, err, code, timeout)
+  if code == "closed" or code == "timeout" then return nil, err, code end
+  local dir = dirname(stage:find("/", 1, true) and stage or ("./" .. stage))
+  local out = self:exec(shell.fmt("rm -f -- %s %s; ", stage, beside) .. string.format(AVAIL, util.quote(dir)),
+    { sudo = true, timeout = timeout })
+  if out then forget(self, { stage, beside }) end
+  local avail = out and tonumber(out:match("avail (%d+)"))
+  if avail and size and avail < size then
+    return nil, no_space(self, remote, dirname(remote), avail, size), "io"
+  end
+  return nil, err, code
+end
+
+-- conn:upload(local, remote, {mode = "0644"|number, owner, group, timeout, sha256 = expected, assessed})
 --   -> { skipped = bool, bytes = n, sha256 = hex } | nil, msg, code
 -- To a temporary name beside the target, fsync'd, checked against the expected sha256 on the
 -- host, then renamed into place: the target is either the old file or the whole new one.
@@ -44,13 +99,22 @@ function methods:upload(local_path, remote, opts)
   mode = mode and mode:gsub("^0+(%d%d%d)$", "%1")
   local owner = opts.owner and (opts.owner .. (opts.group and (":" .. opts.group) or "")) or nil
   local probe = HOST_SHA256 .. "\n" .. shell.fmt("[ ! -f %s ] || cs_sha256 %s 2>/dev/null; stat -c '%%a %%U:%%G' -- %s"
-    .. " 2>/dev/null; true", remote, remote, remote)
-  local cur = self:exec(probe, { sudo = true, timeout = opts.timeout })
+    .. " 2>/dev/null; ", remote, remote, remote) .. string.format(AVAIL, util.quote(dirname(remote))) .. "; true"
+  -- opts.assessed: the caller's assessment read this very target's hash, mode and owner
+  -- (under the host's lock) and found them different, so asking again costs a round trip and
+  -- can only agree; a full filesystem is then named after the put fails (after_failed_put)
+  local cur = not opts.assessed and self:exec(probe, { sudo = true, timeout = opts.timeout }) or nil
+  local size = local_size(local_path)
   if cur then
     local rsum, rmode, rowner = cur:match("^(%x+)[^\n]*\n(%d+) (%S+)")
     if rsum == sum and (not mode or mode == rmode)
       and (not owner or owner == rowner or (not opts.group and rowner:match("^[^:]*") == opts.owner)) then
       return { skipped = true, bytes = 0, sha256 = sum }
+    end
+    -- the new file is written beside the old one before it replaces it: it needs its whole size
+    local avail = tonumber(cur:match("avail (%d+)"))
+    if avail and size and avail < size then
+      return nil, no_space(self, remote, dirname(remote), avail, size), "io"
     end
   end
   local tmp_name = "." .. basename(remote) .. ".cargoship-" .. self.run_id .. ".tmp"
@@ -61,9 +125,10 @@ function methods:upload(local_path, remote, opts)
   self.temps[#self.temps + 1] = beside
   if stage ~= beside then self.temps[#self.temps + 1] = stage end
   -- fsync'd by the session when it is the temp file itself; a stage that is copied is synced as the copy
+  self.round_trips = (self.round_trips or 0) + 1
   local bytes, err, code = self.session:put(local_path, stage,
     { mode = 384, timeout = opts.timeout, fsync = stage == beside })
-  if not bytes then return nil, err, code end
+  if not bytes then return after_failed_put(self, remote, stage, beside, size, err, code, opts.timeout) end
   local script = {
     "set -e",
     HOST_SHA256,
@@ -80,6 +145,7 @@ function methods:upload(local_path, remote, opts)
   script[#script + 1] = "trap - EXIT"
   local ok, cerr, ccode = self:check(table.concat(script, "\n"), { sudo = true, timeout = opts.timeout })
   if not ok then return nil, cerr, ccode end
+  forget(self, { stage, beside })
   return { skipped = false, bytes = bytes, sha256 = sum }
 end
 

@@ -160,6 +160,10 @@ case $mode in
     while :; do sleep 0.1; done ;;
   client)
     [ -e "$sock" ] || { echo "Control socket connect($sock): No such file or directory" >&2; exit 255; } ;;
+  direct)
+    # a handshake of its own: "slow" takes 0.3 s to authenticate; then the LocalCommand
+    if [ "$host" = slow ]; then sleep 0.3; fi
+    [ -z "$lc" ] || sh -c "$lc" ;;
 esac
 cd "$FAKE_HOME" && exec sh -c "$cmd"
 ]]
@@ -231,6 +235,42 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
     assert.are.equal("still\n", r.out[1])
     assert.are.equal("cancelled", r.task[2])
     assert.is_false(alive(r.pid))
+  end)
+
+  it("disableMultiplexing: paces each command's handshake and gives its slot back once ssh is in", function()
+    local r = {}
+    run(function()
+      local t = new { max_startups = 2 }
+      local c = assert(t:connect({ kind = "openssh", address = "slow", user = "root", disable_multiplexing = true },
+        "h1"))
+      -- six 1 s commands; each notes its start and end (seconds, after its handshake)
+      local tasks = {}
+      for i = 1, 6 do
+        tasks[i] = loop.spawn(function()
+          return c:exec("echo start $(date +%s.%N) >>times; echo oops >&2; sleep 1; echo end $(date +%s.%N) >>times;"
+            .. " echo " .. i)
+        end)
+      end
+      for i, task in ipairs(tasks) do r[i] = { task:join() } end
+      r.stats = t.pacer:stats()
+      t:close_all()
+    end)
+    for i = 1, 6 do
+      assert.are.equal(i .. "\n", r[i][2], "command " .. i)
+      assert.are.equal("oops\n", r[i][3], "its stderr, without ssh's LocalCommand line")
+    end
+    -- at most 2 handshakes at once, yet the commands overlapped beyond 2: the slot was given
+    -- back at authentication, not held for the command's second
+    assert.is_true(r.stats.most.slow <= 2, "handshakes at once: " .. tostring(r.stats.most.slow))
+    local events = {}
+    for kind, t in read(dir .. "/home/times"):gmatch("(%a+) ([%d.]+)") do
+      events[#events + 1] = { t = tonumber(t), d = kind == "start" and 1 or -1 }
+    end
+    table.sort(events, function(a, b) return a.t < b.t or (a.t == b.t and a.d < b.d) end)
+    local now, most = 0, 0
+    for _, e in ipairs(events) do now = now + e.d; most = math.max(most, now) end
+    assert.are.equal(12, #events)
+    assert.is_true(most > 2, "commands running at once: " .. most)
   end)
 
   it("fails a command 'closed', saying why, once the master is gone", function()

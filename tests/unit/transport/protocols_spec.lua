@@ -43,10 +43,18 @@ printf '%s\n' "$*" >>"$d/sudo.log"
 exec "$@"
 ]]
 
+-- df as the host's: the real one, unless the spec set the free KiB of every filesystem
+local DF = [[#!/bin/sh
+d=$(dirname "$0")/..
+[ -e "$d/df-avail" ] || exec /usr/bin/df "$@"
+printf 'Filesystem 1024-blocks Used Available Capacity Mounted on\nfake 1 1 %s 100%% /\n' "$(cat "$d/df-avail")"
+]]
+
 local function local_session(dir, o)
   sh(string.format("mkdir -p %s/home %s/bin %s/x %s/root/etc", dir, dir, dir, dir))
   write(dir .. "/bin/sudo", SUDO)
-  sh("chmod +x " .. util.quote(dir .. "/bin/sudo"))
+  write(dir .. "/bin/df", DF)
+  sh("chmod +x " .. util.quote(dir .. "/bin/sudo") .. " " .. util.quote(dir .. "/bin/df"))
   local s = setmetatable({ dir = dir, home = dir .. "/home", name = "h1", n = 0,
     wires = {}, stdins = {}, puts = {}, gets = {} }, Local)
   for k, v in pairs(o or {}) do s[k] = v end
@@ -92,6 +100,10 @@ function Local:put(local_path, remote, opts)
   if self.cut then
     write(path, data:sub(1, 3))
     return nil, self.name .. ": sftp: connection cut", "closed"
+  end
+  if self.full then   -- the filesystem filled up mid-write: SFTP says only "failure"
+    write(path, data:sub(1, 3))
+    return nil, self.name .. ": sftp: write " .. remote .. ": sftp status 4", "io"
   end
   write(path, data)
   sh(string.format("chmod %o %s", opts.mode, util.quote(path)))
@@ -232,6 +244,49 @@ describe("the command protocol over a local session kind", function()
     assert.matches("grep -lsxzF", s.wires[2], 1, true)
     assert.matches("echo next", s.wires[3], 1, true)
   end)
+
+  it("lets a cancelled finishing command (a package manager's transaction) end on its own, within its bound",
+    function()
+    local done = dir .. "/home/transaction-done"
+    local code, t0, waited
+    run(function()
+      local c = conn()
+      local t = loop.spawn(function()
+        return c:exec("sleep 0.8; echo unpacked; echo configured >" .. util.quote(done), { finish = 60 })
+      end)
+      loop.sleep(0.3)
+      t0 = loop.now()
+      t:cancel()
+      code = select(3, t:join())
+      waited = loop.now() - t0
+    end)
+    assert.are.equal("cancelled", code)
+    assert.are.equal("configured\n", read(done), "the transaction was killed half-way")
+    assert.is_true(waited < 30, waited .. " s")   -- well within the bound: it ended on its own
+    assert.are.equal("", tagged_pids(RUN .. ".1.1"))
+  end)
+
+  it("ends a cancelled finishing command that outlives its bound", function()
+    local code, waited
+    run(function()
+      local c = conn()
+      local t = loop.spawn(function() return c:exec("sleep 300", { finish = 0.5 }) end)
+      loop.sleep(0.3)
+      local t0 = loop.now()
+      t:cancel()
+      code = select(3, t:join())
+      waited = loop.now() - t0
+    end)
+    assert.are.equal("cancelled", code)
+    -- ended once the bound passed (a loaded machine's /proc scans take seconds), not at its end
+    assert.is_true(waited >= 0.5 and waited < 120, waited .. " s")
+    assert.are.equal("", tagged_pids(RUN .. ".1.1"))
+  end)
+
+  it("keeps a finishing command's output and exit status", function()
+    local out, err, code = run(function() return conn():exec("echo out; echo err >&2; exit 3", { finish = 5 }) end)
+    assert.are.same({ "out\n", "err\n", 3 }, { out, err, code })
+  end)
 end)
 
 describe("the transfer protocol over a local session kind", function()
@@ -319,6 +374,63 @@ describe("the transfer protocol over a local session kind", function()
     assert.is_true(r[3])
     assert.are.equal(0, r[4])
     assert.are.equal("", listing(dir .. "/root/etc"))
+  end)
+
+  it("forgets a temp name once its upload is renamed into place: a later cleanup has nothing to remove", function()
+    local n = run(function()
+      local c = conn()
+      assert(c:upload(src, dst, {}))
+      return #c.temps
+    end)
+    assert.are.equal(0, n)
+  end)
+
+  it("names a full filesystem before writing: free and needed sizes, nothing put, no temp file", function()
+    local big = dir .. "/engine.tar"
+    sh("truncate -s 250M " .. util.quote(big))
+    write(dir .. "/df-avail", tostring(40 * 1024))
+    local ok, err, code = run(function() return conn():upload(big, dst, { sha256 = string.rep("0", 64) }) end)
+    assert.is_nil(ok)
+    assert.are.equal("io", code)
+    assert.are.equal("h1: upload " .. dst .. ": no space left on device on " .. dir .. "/root/etc: 40 MiB free, "
+      .. "250 MiB needed", err)
+    assert.are.same({}, s.puts)
+    assert.are.equal("", listing(dir .. "/root/etc"))
+  end)
+
+  it("removes what a put that failed mid-write left, and names the full filesystem, not 'sftp status 4'", function()
+    s.full = true
+    write(dst, "old\n")
+    local r = run(function()
+      local c = conn()
+      -- the probe still sees room (another writer filled the disk meanwhile): the put fails
+      local p = table.pack(c:upload(src, dst, {}))
+      p.temps = #c.temps
+      return p
+    end)
+    assert.is_nil(r[1])
+    assert.are.equal("io", r[3])
+    assert.matches("sftp status 4", r[2], 1, true)   -- the disk has room again: the put's own words
+    assert.are.equal(0, r.temps)
+    assert.are.equal("app.conf\n", listing(dir .. "/root/etc"), "the partial temp file is removed")
+    assert.are.equal("old\n", read(dst))
+    -- now the disk stays full after the failed put: the cause is named
+    write(dir .. "/df-avail", "0")
+    local big = dir .. "/big"
+    write(big, string.rep("x", 5000))
+    local _, err = run(function()
+      local c = conn()
+      local real = c.exec
+      local first = true
+      c.exec = function(self, cmd, o)   -- the probe ran before the disk filled up
+        if first then first = false; return real(self, cmd:gsub("df %-P", "true"), o) end
+        return real(self, cmd, o)
+      end
+      return c:upload(big, dst, {})
+    end)
+    assert.are.equal("h1: upload " .. dst .. ": no space left on device on " .. dir .. "/root/etc: 0 KiB free, "
+      .. "5 KiB needed", err)
+    assert.are.equal("app.conf\n", listing(dir .. "/root/etc"))
   end)
 
   it("downloads through the session as root, through sudo cat otherwise", function()
