@@ -171,6 +171,46 @@ describe("lock", function()
     assert.are.equal("run-a", record().run_id)
   end)
 
+  -- phase 7's rule (acquire_lock.lua): a lock whose run is still taking its hosts is waited
+  -- for (opts.wait); a firm one, and one of the same run, never
+  it("waits up to opts.wait for a lock not firm yet, fails 'taking' after it, and never waits on a firm one",
+    function()
+    local a, b = fake_host("h1"), fake_host("h1")
+    run(function()
+      local held = assert(lock.acquire(a, INFO, opts()))
+      -- not firm: 'taking' after the wait
+      local t0 = loop.now()
+      local h, err, code = lock.acquire(b, OTHER, opts { wait = 0.3 })
+      assert.is_nil(h)
+      assert.are.equal("taking", code)
+      assert.is_true(loop.now() - t0 >= 0.3)
+      assert.matches("h1: another cargoship is still taking its locks, this host's at " .. path:gsub("%p", "%%%0"),
+        err)
+      assert.matches("ops@console (pid 4242", err, 1, true)
+      -- without opts.wait, as before: 'locked'
+      assert.are.equal("locked", select(3, lock.acquire(b, OTHER, opts())))
+      -- the same run's own lock is never waited for
+      assert.are.equal("locked", select(3, lock.acquire(b, INFO, opts { wait = 5 })))
+      -- the holder lets go while b waits: b takes it
+      loop.spawn(function()
+        loop.sleep(0.2)
+        assert(held:release())
+      end)
+      local mine = assert(lock.acquire(b, OTHER, opts { wait = 5 }))
+      -- firm: a taker fails at once, whatever its wait
+      assert.is_true(mine:firm())
+      assert.is_true(exists(path .. "/firm." .. mine.token))
+      t0 = loop.now()
+      h, err, code = lock.acquire(a, INFO, opts { wait = 5 })
+      assert.is_nil(h)
+      assert.are.equal("locked", code)
+      assert.is_true(loop.now() - t0 < 3)
+      assert.matches("another cargoship holds the lock", err, 1, true)
+      assert.is_true(mine:release())
+      assert.is_false(exists(path))
+    end)
+  end)
+
   -- a run killed with -9 leaves its lock until the stale window ends: "free once that run
   -- ends" is then about a process that is gone
   it("says a holder of this machine whose process is gone is gone, and when it stales", function()
@@ -300,6 +340,55 @@ describe("lock", function()
       assert.are.equal(err, lost)
       -- reported by the callback's owner, not logged a second time by the lock
       assert.are.equal(0, #h.lines.error)
+    end)
+  end)
+
+  it("beats, firms and releases with touch, mv and rm alone while the lock is ours, and takes the full way "
+    .. "for a record that is not real", function()
+    -- a PATH holding only touch, mv and rm: the prelude's id, stat, head, sed, tr and date are
+    -- not found, so a beat, a firm and a release that succeed took the fast path (at most two
+    -- processes on the host, not a dozen: at 1,000 hosts each goes to every host at once)
+    local bin = dir .. "/bin"
+    assert(os.execute("mkdir " .. util.quote(bin) .. " && for t in touch mv rm; do ln -s \"$(command -v $t)\" "
+      .. util.quote(bin) .. "; done"))
+    local h = fake_host("h1")
+    local run_full = h.run
+    local lean = false
+    function h.run(self, cmd, o)
+      return run_full(self, (lean and ("PATH=" .. util.quote(bin) .. "\n") or "") .. cmd, o)
+    end
+    run(function()
+      local x = assert(lock.acquire(h, INFO, opts()))
+      local before = read(path .. "/holder")
+      age(path, 30)
+      lean = true
+      assert.is_true(x:heartbeat())
+      assert.is_true(os.time() - mtime(path) < 5)
+      assert.are.equal(before, read(path .. "/holder"))
+      assert.is_true(x:firm())
+      assert.is_true(exists(path .. "/firm." .. x.token))
+      assert.is_true(x:release())
+      assert.is_false(exists(path))
+      assert.are.equal("", (sh("ls -A " .. util.quote(base))), "no tombstone left")
+      lean = false
+      x = assert(lock.acquire(h, INFO, opts()))
+      before = read(path .. "/holder")
+      -- a record that is a symbolic link to a file bearing our token is not ours to believe:
+      -- the full script reads no record through it, so the lock counts as taken by another
+      lean = false
+      write(dir .. "/copy", before)
+      assert(os.execute("mv " .. util.quote(path .. "/holder") .. " " .. util.quote(dir .. "/orig") .. " && ln -s "
+        .. util.quote(dir .. "/copy") .. " " .. util.quote(path .. "/holder")))
+      age(path, 30)
+      local ok, err, code = x:heartbeat()
+      assert.is_nil(ok)
+      assert.are.equal("lost", code, err)
+      assert.is_true(os.time() - mtime(path) >= 29, "not touched")
+      -- nor released: the run that lost it leaves it to its holder
+      ok, err, code = x:release()
+      assert.is_nil(ok)
+      assert.are.equal("lost", code, err)
+      assert.is_true(exists(path .. "/holder"))
     end)
   end)
 

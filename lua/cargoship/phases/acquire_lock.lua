@@ -4,13 +4,14 @@
 -- the last good touch, stale after 60 s; see lock.lua) unless CARGOSHIP_LOCK_INTERVAL /
 -- CARGOSHIP_LOCK_STALE_AFTER (seconds) say otherwise; the integration specs shrink them.
 -- assess reads the lock and plans one step, take_lock, whose sentence says whom the run
--- meets there; run executes it one host at a time, in one canonical order (M.order). The handles
+-- meets there; run executes it on every host at once, by the rule above M.run. The handles
 -- land in ctx.locks[host.name]. A host whose lock is later lost, stolen or not refreshed in
 -- time reaches the run through the lock's own callback: ctx:host_lost fails it from then on.
 -- A conflict is recorded in ctx.lock_conflicts (messages naming the holders), so the
 -- command can exit with its "locked" code.
 local action = require "cargoship.action"
 local lock = require "cargoship.lock"
+local take = require "cargoship.phases.lib.take_locks"
 
 local M = {}
 
@@ -47,6 +48,11 @@ local function holder_info(ctx)
   }
 end
 
+-- The lock read of assess (and of phase 30's in a dry run), sent ahead (facts/prefetch.lua).
+function M.prefetch()
+  return { lock = lock.read_command() }
+end
+
 function M.prepare(ctx)
   return ctx.hosts
 end
@@ -69,14 +75,17 @@ end
 
 M.steps = {}
 
+local waits, missed = take.waits, take.missed
+
 function M.steps.take_lock(ctx, host)
   local o = timings(ctx)
+  missed[host] = nil
   local h, err, code = lock.acquire(host, holder_info(ctx), {
-    interval = o.interval, stale_after = o.stale_after,
+    interval = o.interval, stale_after = o.stale_after, wait = waits[host] or 0,
     on_lost = function(msg) ctx:host_lost(host, msg) end,
   })
   if not h then
-    if code == "locked" then ctx.lock_conflicts[#ctx.lock_conflicts + 1] = err end
+    missed[host] = code
     return nil, err
   end
   ctx.locks[host.name] = h
@@ -101,35 +110,37 @@ function M.order(hosts)
   return list
 end
 
--- One host at a time, in one order for every run whatever order its file lists the hosts
--- in, stopping at the first it cannot take. Two runs over the same hosts then meet on the
--- first one and the loser holds nothing. Two runs over overlapping sets cannot both fail on
--- each other either: a run that fails on a host the other holds holds only hosts before it in
--- the order, and the other took that host before it reached any host after it, so the other
--- fails on no host the first holds. (The order of the file, first host alone and the others at
--- once, let two runs take one end each and both exit 4.) A held lock is an immediate failure,
--- never a wait: the loser exits 4 at once naming the holder (docs/lock.md says why). The price
--- is one round trip per host in turn instead of two in all.
+-- Every host at once, by a rule that keeps the guarantees of taking them one at a time in
+-- M.order: phases/lib/take_locks.lua says it, and why it holds.
 function M.run(ctx, hosts)
-  for _, host in ipairs(M.order(hosts)) do
-    local ok, failures = ctx:each({ host }, function(h) return ctx:apply(h) end)
-    if not ok then return nil, failures end
-  end
-  return true
+  return take.run(ctx, M.order(hosts))
 end
 
--- Releases every lock this run took, however the run ends early.
+-- Releases every lock this run took, however the run ends early: through a new session
+-- where the run's session dropped (sshd killed mid-phase). A lock that could not be
+-- released fails the cleanup, naming the host and why: the report must not say it was done.
+-- One that is another run's now is not ours to release: the run said so when it was lost.
 function M.cleanup(ctx)
   local held = {}
   for _, host in ipairs(ctx.hosts) do
     if ctx.locks[host.name] then held[#held + 1] = host end
   end
   if #held == 0 then return end
+  local left = {}
   ctx:each(held, function(host)
-    local ok, err = ctx.locks[host.name]:release()
-    if not ok and host.log then host.log:warn("%s", err) end
+    local ok, err, code = host:revive()
+    if ok then ok, err, code = ctx.locks[host.name]:release() end
+    if not ok then
+      if host.log then host.log:warn("%s", err) end
+      -- "lost": the lock is another run's now (the loss failed the host when it happened)
+      if code ~= "lost" then left[#left + 1] = tostring(err) end
+    end
     return true
   end)
+  if #left > 0 then
+    table.sort(left)
+    error("lock not released: " .. table.concat(left, "; "), 0)
+  end
 end
 
 return M

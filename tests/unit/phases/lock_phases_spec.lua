@@ -7,6 +7,8 @@ local context = require "cargoship.pipeline.context"
 local acquire = require "cargoship.phases.acquire_lock"
 local release = require "cargoship.phases.release_lock"
 local disconnect = require "cargoship.phases.disconnect"
+local connect = require "cargoship.phases.connect"
+local action = require "cargoship.action"
 
 local function temp_dir()
   local path = os.tmpname()
@@ -81,7 +83,7 @@ local function new_ctx(hosts, o)
   local log = recorder()
   local ctx = context.new {
     hosts = hosts, options = { cluster_file = "lab.yaml", command = "apply" }, dry_run = o.dry_run or false,
-    log = log, run_id = "20261130T090000Z-4242",
+    log = log, run_id = o.run_id or "20261130T090000Z-4242",
     env = function(k) return (o.env or {})[k] end,
   }
   ctx.lost = {}
@@ -89,9 +91,9 @@ local function new_ctx(hosts, o)
     self.lost[#self.lost + 1] = { host = host, err = msg }
     return context.Context.host_lost(self, host, msg)
   end
-  function ctx.each(_, list, fn)
+  function ctx.each(_, list, fn, opts)
     local failures, values = {}, {}
-    for i, r in ipairs(pool.map(list, 10, fn)) do
+    for i, r in ipairs(pool.map(list, opts and opts.concurrency or 10, fn)) do
       local err = (not r.ok and tostring(r.err)) or (r[1] == nil and r[2])
       if err then failures[#failures + 1] = { host = list[i], err = err } else values[list[i]] = r[1] end
     end
@@ -125,16 +127,41 @@ end
 
 local function lockpath(h) return h.lockdir .. "/cargoship/lock" end
 
--- Another run's lock on h, aged `age` seconds.
-local function hold(h, age)
+-- Another run's lock on h, aged `age` seconds: firm (that run holds all its hosts) unless
+-- `taking` (that run is still taking its hosts). -> the handle
+local function hold(h, age, taking)
   local other = hosts_for(h.lockdir .. "/other", 1)[1]
   other.conn = fake_conn(h.lockdir)
   local lock = require "cargoship.lock"
+  local handle
   run(function()
-    assert(lock.acquire(other, { holder = "dev@laptop", pid = 77, command = "apply other.yaml", run_id = "r-b" },
-      { heartbeat = false }))
+    handle = assert(lock.acquire(other, { holder = "dev@laptop", pid = 77, command = "apply other.yaml",
+      run_id = "r-b" }, { heartbeat = false }))
+    if not taking then assert(handle:firm()) end
   end)
   if age then os.execute("touch -d '" .. age .. " seconds ago' " .. util.quote(lockpath(h))) end
+  return handle
+end
+
+-- Makes h's commands take a random few milliseconds before and after they run (rng), so the
+-- tasks of runs side by side in one loop interleave as over a network.
+local function slow(h, rng)
+  local exec = h.conn.exec
+  h.conn.exec = function(self, cmd, o)
+    loop.sleep(rng() * 0.01)
+    local out, err, code = exec(self, cmd, o)
+    loop.sleep(rng() * 0.01)
+    return out, err, code
+  end
+end
+
+-- The run_id in the holder record of the lock on h, or nil when h has none.
+local function holder_run(h)
+  local f = io.open(lockpath(h) .. "/holder")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  return text:match("run_id=([^\n]*)")
 end
 
 describe("lock phases", function()
@@ -240,17 +267,227 @@ describe("lock phases", function()
     end)
   end)
 
-  it("stops at the first host when another run holds it, touching no other host", function()
+  it("reconnects a dropped session for cleanup: releases the lock, removes temps, or fails naming the host", function()
+    local hosts = hosts_for(base, 2)
+    local ctx = new_ctx(hosts)
+    local function drop(h)   -- sshd killed on h: its session can carry nothing more
+      local dead = h.conn
+      dead.session = { state = function() return "lost" end }
+      dead.temps = { "/etc/.app.conf.cargoship-r.tmp" }
+      function dead.exec() return nil, h.name .. ": exec: connection closed by the host", "closed" end
+      return dead
+    end
+    run(function()
+      assert.is_true(execute(ctx, acquire, acquire.prepare(ctx)))
+      drop(hosts[1])
+      drop(hosts[2])
+      local fresh = fake_conn(hosts[1].lockdir)
+      hosts[1].transport = { connect = function() return fresh end }
+      hosts[2].transport = { connect = function() return nil, "h2: connect: connection refused", "refused" end }
+      local ok, err = pcall(acquire.cleanup, ctx)
+      assert.is_false(ok)
+      assert.are.equal("lock not released: h2: connect: connection refused", err)
+      assert.is_false(exists(lockpath(hosts[1])), "h1's lock released through a new session")
+      assert.are.equal(fresh, hosts[1].conn)
+      assert.is_true(exists(lockpath(hosts[2])))
+      -- the temp names of the dropped session are removed through the new one
+      ok, err = pcall(connect.cleanup, ctx)
+      assert.is_false(ok)
+      assert.matches("^temp files of cut uploads left %(the next run removes them%): h2: ", err)
+      assert.are.equal(1, fresh.removed)
+      -- h2's sshd is back: the next cleanup gets through
+      local fresh2 = fake_conn(hosts[2].lockdir)
+      hosts[2].transport = { connect = function() return fresh2 end }
+      acquire.cleanup(ctx)
+      assert.is_false(exists(lockpath(hosts[2])))
+      connect.cleanup(ctx)
+      assert.are.equal(1, fresh2.removed)
+      assert.are.equal("skipped", connect.cleanup(ctx), "nothing left: no report line")
+    end)
+  end)
+
+  it("fails at once on a lock another run holds, and cleanup leaves it holding nothing", function()
     local hosts = hosts_for(base, 3)
     hold(hosts[1])
     local ctx = new_ctx(hosts)
-    local ok, failures = run(function() return execute(ctx, acquire, hosts) end)
-    assert.is_nil(ok)
-    assert.are.equal(1, #failures)
-    assert.matches("h1: another cargoship holds the lock .* dev@laptop", failures[1].err)
-    assert.are.same({ failures[1].err }, ctx.lock_conflicts)
+    run(function()
+      local ok, failures = execute(ctx, acquire, hosts)
+      assert.is_nil(ok)
+      assert.are.equal(2, hosts[1].conn.execs, "the plan's read and one take: no wait for a firm lock")
+      assert.are.equal(1, #failures)
+      assert.matches("h1: another cargoship holds the lock .* dev@laptop", failures[1].err)
+      assert.are.same({ failures[1].err }, ctx.lock_conflicts)
+      acquire.cleanup(ctx)
+    end)
+    assert.are.equal("r-b", holder_run(hosts[1]))
     assert.is_false(exists(lockpath(hosts[2])))
     assert.is_false(exists(lockpath(hosts[3])))
+  end)
+
+  -- one round of takes and one of firms, every host at once: 2 round trips per host
+  it("takes every host at once and marks the locks firm: 2 round trips per host", function()
+    local hosts = hosts_for(base, 4)
+    local ctx = new_ctx(hosts)
+    run(function()
+      assert.is_true(execute(ctx, acquire, hosts))
+      for _, h in ipairs(hosts) do
+        assert.are.equal(3, h.conn.execs, "the plan's read, then one take and one firm")
+        local token = ctx.locks[h.name].token
+        assert.is_true(exists(lockpath(h) .. "/firm." .. token))
+      end
+      acquire.cleanup(ctx)
+    end)
+  end)
+
+  -- the lab's hosts share two cores: 1,000 takes at once held back the heartbeats of the
+  -- locks already taken past their deadline
+  it("has at most take_locks.CONCURRENCY takes or firms in flight", function()
+    local hosts = hosts_for(base, 6)
+    local now, most = 0, 0
+    for _, h in ipairs(hosts) do
+      local exec = h.conn.exec
+      h.conn.exec = function(self, cmd, o)
+        now = now + 1
+        most = math.max(most, now)
+        loop.sleep(0.02)
+        local out, err, code = exec(self, cmd, o)
+        now = now - 1
+        return out, err, code
+      end
+    end
+    local take = require "cargoship.phases.lib.take_locks"
+    local saved = take.CONCURRENCY
+    take.CONCURRENCY = 2
+    local ctx = new_ctx(hosts)
+    local ok, peak = run(function()
+      ctx._planned, ctx._outcomes, ctx._steps = {}, {}, acquire.steps
+      for _, h in ipairs(hosts) do ctx._planned[h] = { action.step { name = "take_lock", say = "take" } } end
+      local r = acquire.run(ctx, hosts)
+      local peak = most
+      acquire.cleanup(ctx)
+      return r, peak
+    end)
+    take.CONCURRENCY = saved
+    assert.is_true(ok)
+    assert.are.equal(2, peak)
+  end)
+
+  it("waits for a run still taking its locks, and takes the host once that run lets go", function()
+    local hosts = hosts_for(base, 3)
+    local other = hold(hosts[2], nil, true)
+    local ctx = new_ctx(hosts)
+    run(function()
+      loop.spawn(function()
+        loop.sleep(0.3)
+        assert(other:release())
+      end)
+      local t0 = loop.now()
+      assert.is_true(execute(ctx, acquire, hosts))
+      assert.is_true(loop.now() - t0 >= 0.3)
+      for _, h in ipairs(hosts) do assert.are.equal("20261130T090000Z-4242", holder_run(h)) end
+      -- it let go of what lay after the host it waited on (h3), then took it again
+      assert.are.equal(5, hosts[3].conn.execs, "read, take, release, take, firm")
+      assert.are.same({}, ctx.lock_conflicts)
+      acquire.cleanup(ctx)
+    end)
+  end)
+
+  it("fails, exit 4, on a run still taking its locks after lock.TAKING_WAIT, holding nothing", function()
+    local lock = require "cargoship.lock"
+    local hosts = hosts_for(base, 3)
+    hold(hosts[2], nil, true)
+    local ctx = new_ctx(hosts)
+    local saved = lock.TAKING_WAIT
+    lock.TAKING_WAIT = 0.3
+    local ok, failures = run(function()
+      local r, f = execute(ctx, acquire, hosts)
+      acquire.cleanup(ctx)
+      return r, f
+    end)
+    lock.TAKING_WAIT = saved
+    assert.is_nil(ok)
+    assert.are.equal(hosts[2], failures[1].host)
+    assert.matches("h2: another cargoship is still taking its locks", failures[1].err, 1, true)
+    assert.are.same({ failures[1].err }, ctx.lock_conflicts)
+    assert.is_false(exists(lockpath(hosts[1])))
+    assert.are.equal("r-b", holder_run(hosts[2]))
+    assert.is_false(exists(lockpath(hosts[3])))
+  end)
+
+  -- The guarantee of taking one host at a time, kept while taking all at once: runs over the
+  -- same or overlapping hosts, listed in any order and let in at the same instant with their
+  -- commands interleaving at random, end one 0 and the others 4; a loser holds nothing.
+  it("never lets two runs over overlapping hosts both fail on each other", function()
+    local lock = require "cargoship.lock"
+    local saved, poll = lock.TAKING_WAIT, lock.TAKING_POLL
+    lock.TAKING_WAIT, lock.TAKING_POLL = 30, 0.02  -- a long wait costs only when it ends unanswered
+    local names = { "n1", "n2", "n3", "n4", "n5", "n6" }
+    local sets = {
+      { { 1, 2, 3, 4, 5, 6 }, { 6, 5, 4, 3, 2, 1 } },   -- the same hosts, opposite orders
+      { { 1, 2, 3, 4 }, { 3, 4, 5, 6 } },               -- overlapping at the end of one list
+      { { 4, 2, 6 }, { 1, 3, 6, 5, 2 } },                -- interleaved in the order
+      { { 1, 2, 3, 4, 5 }, { 5, 4, 3 }, { 2, 6, 4 } },  -- three runs
+    }
+    local seed, trials = 1, 0
+    for si, set in ipairs(sets) do
+      for _ = 1, 4 do
+        trials = trials + 1
+        seed = seed + 1
+        local rng_state = seed
+        local function rng()
+          rng_state = (rng_state * 1103515245 + 12345) % 2147483648
+          return rng_state / 2147483648
+        end
+        local dir = base .. "/t" .. trials
+        local ctxs, lists = {}, {}
+        for r, idx in ipairs(set) do
+          local all = hosts_for(dir, #names)  -- this run's own sessions to the shared machines
+          local list = {}
+          for i, n in ipairs(idx) do
+            all[n].facts.hostname = names[n]
+            slow(all[n], rng)
+            list[i] = all[n]
+          end
+          lists[r] = list
+          ctxs[r] = new_ctx(list, { run_id = "run-" .. r })
+        end
+        local results = {}
+        run(function()
+          local tasks = {}
+          for r = 1, #set do
+            -- the plan without its reads (they cost time here and decide nothing)
+            local ctx = ctxs[r]
+            ctx._planned, ctx._outcomes, ctx._steps = {}, {}, acquire.steps
+            for _, h in ipairs(lists[r]) do ctx._planned[h] = { action.step { name = "take_lock", say = "take" } } end
+            tasks[r] = loop.spawn(function() return acquire.run(ctx, lists[r]) end)
+          end
+          for r = 1, #set do
+            local _, ok = tasks[r]:join()
+            results[r] = ok == true
+          end
+          -- what each holds now, before any cleanup
+          for r = 1, #set do
+            if results[r] then
+              for _, h in ipairs(lists[r]) do assert.are.equal("run-" .. r, holder_run(h)) end
+            else
+              acquire.cleanup(ctxs[r])
+            end
+          end
+          for r = 1, #set do
+            if not results[r] then
+              for _, h in ipairs(lists[r]) do assert.are_not.equal("run-" .. r, holder_run(h)) end
+            end
+          end
+          for r = 1, #set do if results[r] then acquire.cleanup(ctxs[r]) end end
+        end)
+        local won = 0
+        for r = 1, #set do if results[r] then won = won + 1 end end
+        -- every pair of these runs overlaps: exactly one wins
+        if won ~= 1 then lock.TAKING_WAIT, lock.TAKING_POLL = saved, poll end
+        assert.are.equal(1, won, string.format("set %d, seed %d: %d runs won", si, seed, won))
+      end
+    end
+    lock.TAKING_WAIT, lock.TAKING_POLL = saved, poll
   end)
 
   -- two runs whose files list the hosts in different orders: with the file's order each took
@@ -286,21 +523,39 @@ describe("lock phases", function()
   end)
 
   it("meets a run that listed the hosts the other way round on the same first host, holding nothing", function()
+    local lock = require "cargoship.lock"
     local hosts = hosts_for(base, 3)
     -- the other run took h1, the first host in the order, and is on its way to the others
-    hold(hosts[1])
+    local first = hold(hosts[1], nil, true)
     local list = { hosts[3], hosts[2], hosts[1] }
     local ctx = new_ctx(list)
     run(function()
+      local others = {}
+      local side = loop.spawn(function()
+        -- this run, waiting on h1, has let go of h2 and h3: the other run takes them, then holds all
+        local t0 = loop.now()
+        repeat loop.sleep(0.05) until not (exists(lockpath(hosts[2])) or exists(lockpath(hosts[3])))
+          or loop.now() - t0 > 10
+        for i = 2, 3 do
+          assert.is_false(exists(lockpath(hosts[i])))
+          local o = hosts_for(hosts[i].lockdir .. "/other", 1)[1]
+          o.conn = fake_conn(hosts[i].lockdir)
+          others[i] = assert(lock.acquire(o, { holder = "dev@laptop", pid = 77, command = "apply other.yaml",
+            run_id = "r-b" }, { heartbeat = false }))
+        end
+        for _, h in ipairs { first, others[2], others[3] } do assert(h:firm()) end
+      end)
       local ok, failures = execute(ctx, acquire, list)
+      local sd, serr = side:join()
+      assert(sd, tostring(serr))
       assert.is_nil(ok)
       assert.are.equal(1, #failures)
       assert.are.equal(hosts[1], failures[1].host)
       assert.matches("h1: another cargoship holds the lock .* dev@laptop", failures[1].err)
-      -- before any cleanup: this run never held h2 or h3, so the other run can take them
-      assert.is_false(exists(lockpath(hosts[2])))
-      assert.is_false(exists(lockpath(hosts[3])))
+      -- before any cleanup: this run holds none of the hosts; the other holds them all
+      for _, h in ipairs(hosts) do assert.are.equal("r-b", holder_run(h)) end
       acquire.cleanup(ctx)
+      for _, h in ipairs(hosts) do assert.are.equal("r-b", holder_run(h)) end
     end)
   end)
 
