@@ -15,6 +15,8 @@
 --   secret_at_configure true: "Configure engine" reads the leader's join secret (or makes one
 --                       with new_secret) and writes it on every node (secret_files)
 --   peer_ports, cluster_cidrs: the firewall's (see os/firewall*)
+--   listen_ports        {controller = {..}, worker = {..}}: TCP ports that must be free where
+--                       the engine does not run yet (the dry run's forecast checks them)
 --
 -- Shapes the verbs take:
 --   node    = {name (node-name: the configured hostname), role = "controller"|"worker",
@@ -42,6 +44,7 @@
 --     cordon, uncordon, delete_node, label (opts = the labels), apply (a manifest path)
 --   start(node, cluster) -> actions        start + enable + step wait_ready
 --   stop(node) -> actions
+--   start_refused(log, node_name) -> why|nil a refusal no wait ends, in the service's recent log
 --   wait_ready(node) -> step record {name = "wait_ready", node, cmd = ready_check, on = "leader"}
 --   install(node, staged, os) -> actions   from the package's staged files
 --   image_import(files) -> actions         ({} where the engine imports from its images dir)
@@ -58,6 +61,15 @@
 --   upgrade(node, cluster, staged, os, {drain = opts|false}) -> drain, the engine's upgrade_node records,
 --       uncordon;  workloads() -> cmd listing ReplicaSets and StatefulSets as JSON (on the leader)
 --   reset_packages(os, names) -> records removing the packages installed from staged files
+--   sync_files(node, cluster) -> the files engine-config sync keeps on a running node
+--       (engines.md §5.4): {path, content, mode, in_place = true when the engine reconciles a
+--       change without a restart}; the base: registries (render_registries) and policies
+--   sync_dirs(node) -> {{dir, match?, depth?}..}: managed directories; a file directly inside
+--       (down to `depth` levels, named by its path below dir; whose name matches the Lua
+--       pattern `match`, when given) that sync_files does not list is stale
+--   sync_node(node, writes, removes) -> the node's records between drain and uncordon: stop,
+--       the writes and removes, start (with its Ready wait)
+--   join_target(node, cluster) -> {host, port, what} | nil: the address the node's engine joins
 -- Engine-specific verbs (render_config, join_secret_*, upgrade, reset): see rancher.lua and
 -- upstream/init.lua. Nothing here runs anything: the host object runs what these return.
 local action = require "cargoship.action"
@@ -105,6 +117,23 @@ function M.for_package(pkg)
   local cls, why = M.load(pkg.type)
   if not cls then return nil, why end
   return cls:new { package = pkg }
+end
+
+-- engine.foreign(found, pkg, role) -> why a host is refused | nil: another engine than the
+-- package's is on it. found = {<type> = {version, running}}, what each engine's own probes
+-- (its binary's --version, its service) answered on the host. One engine is never put over
+-- another: their packages, services, ports and data directories collide.
+function M.foreign(found, pkg, role)
+  for _, t in ipairs(M.TYPES) do
+    local f = found[t]
+    if t ~= pkg.type and f then
+      local state = f.running and (M.load(t):service(role) .. " running") or "installed, not running"
+      return string.format("runs %s %s (%s); the package is %s %s: cargoship does not install one engine over "
+        .. "another (reset the host first)", t, f.version or "of unknown version", state, pkg.type,
+        tostring(pkg.version))
+    end
+  end
+  return nil
 end
 
 -- host (cargoship.host, after gather_facts) -> node: the node name Kubernetes will use, the
@@ -344,6 +373,26 @@ function Engine:policy_files(n, cluster)
 end
 
 function Engine.config_files() return {} end
+
+function Engine:sync_files(n, cluster)
+  local out = {}
+  if self.render_registries then
+    for _, f in ipairs(self:render_registries(cluster or {}).files) do out[#out + 1] = f end
+  end
+  for _, f in ipairs(self:policy_files(n, cluster or {})) do out[#out + 1] = f end
+  return out
+end
+
+-- Inline registry CAs (ca_path) are the one directory every engine's sync prunes.
+function Engine.sync_dirs() return { { dir = "/etc/cargoship/tls" } } end
+
+function Engine:sync_node(n, writes, removes)
+  local out = self:stop(n)
+  for _, a in ipairs(writes or {}) do out[#out + 1] = a end
+  for _, a in ipairs(removes or {}) do out[#out + 1] = a end
+  for _, a in ipairs(self:start(n)) do out[#out + 1] = a end
+  return out
+end
 function Engine:static_files(n, cluster) return self:config_files(n, cluster) end
 function Engine.join_files() return {} end
 function Engine.secret_files() return {} end
@@ -363,11 +412,18 @@ function Engine:wait_ready(n)
     string.format("wait for node %s Ready", node_name(n)))
 end
 
+-- The start does not wait for the engine to report ready (a systemd Type=notify start would,
+-- for ever when the engine refuses its join): the wait_ready step after it watches the
+-- service's state and log beside the Ready check, on every service manager alike.
 function Engine:start(n)
   local svc = self:service(n.role)
-  return { action.service { verb = "start", service = svc }, action.service { verb = "enable", service = svc },
-           self:wait_ready(n) }
+  return { action.service { verb = "start", service = svc, nowait = true },
+           action.service { verb = "enable", service = svc }, self:wait_ready(n) }
 end
+
+-- start_refused(log) -> why | nil: the engine refused this start for a cause no waiting
+-- ends, read off its service's recent log (the base knows none).
+function Engine.start_refused() return nil end
 
 function Engine:stop(n)
   return { action.service { verb = "stop", service = self:service(n.role) } }
@@ -376,14 +432,15 @@ end
 -- o: {leader = this node leads, running = its service runs (not joined: restart it),
 -- timeout = seconds a start may take}. Enable comes first: on runit enabling is what makes
 -- the service supervised, and `sv up` of a service runsvdir has not picked up yet fails.
--- A notify unit's start returns once the engine is up; the engines' own units never time
--- out (TimeoutStartSec=0), so the start gets the Ready wait's timeout.
+-- A start that waits for the service (one not marked nowait) gets the Ready wait's timeout:
+-- the engines' own units never time out (TimeoutStartSec=0).
 function Engine:first_start(n, cluster, o)
   o = o or {}
   local enable, rest = nil, {}
   for _, a in ipairs(self:start(n, cluster)) do
     if a.kind == "service" and a.verb == "start" then
-      a = action.service { verb = o.running and "restart" or "start", service = a.service, timeout = o.timeout }
+      a = action.service { verb = o.running and "restart" or "start", service = a.service, timeout = o.timeout,
+                           nowait = a.nowait }
     end
     if a.kind == "service" and a.verb == "enable" then enable = a else rest[#rest + 1] = a end
   end
@@ -421,7 +478,17 @@ function Engine.reset_packages(_, os, names)
   if not os then error("reset: the host's OS configurer is needed to remove packages", 3) end
   local cmd, why = os:remove_packages(names)
   if not cmd then error("reset: " .. why, 3) end
-  return { action.run { cmd = cmd } }
+  local out = {}
+  -- the install pinned them (apt refuses to remove a held package); best effort, as a host
+  -- without the pinning tool never pinned them
+  local unhold = os:unhold_packages(names)
+  if unhold then
+    out[1] = action.run { cmd = "{ " .. unhold .. "; } >/dev/null 2>&1 || true",
+                          say = "unpin " .. table.concat(names, ", ") }
+  end
+  -- a package-manager transaction: a cancelled run lets it finish (transport/command.lua)
+  out[#out + 1] = action.run { cmd = cmd, finish = 600 }
+  return out
 end
 
 -- ---- install from staged files ---------------------------------------------------------
@@ -592,6 +659,22 @@ function M.token_from_bytes(bytes)
   end
   return table.concat(out)
 end
+
+-- join_target(node, cluster) -> {host, port, what} | nil: the address a node's engine joins
+-- (the load balancer, else the leader by the name join_host gives), nil for the leader itself;
+-- the dry run checks every node resolves and reaches it.
+function Engine:join_target(n, cluster)
+  local leader = cluster.leader
+  if not leader or n.name == leader.name then return nil end
+  if cluster.loadbalancer then
+    return { host = cluster.loadbalancer, port = self.join_port, what = "the load balancer" }
+  end
+  return { host = M.join_host(leader), port = self.join_port, what = "the leader " .. leader.name, leader = leader }
+end
+
+-- listen_ports: the TCP ports the engine's own processes listen on per role (engines.md
+-- §1.1), which must be free on a host where it does not run yet.
+Engine.listen_ports = { controller = {}, worker = {} }
 
 -- ---- firewall facts: the phase "Updating hosts firewall" hands them to the OS layer as data
 -- peer_ports: what the engine listens on for its peers (engines.md §1.1), {tcp = {..}, udp =

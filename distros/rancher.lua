@@ -14,6 +14,9 @@
 --   secret_files(node, secret) -> controllers both token files, workers the agent token
 --   join_secret_read() -> cmd (on the leader);  parse_join_secret(out) -> secret | nil
 --   join_secret_write(secret) -> write actions (0600; the phase writes them where absent)
+--   sync_files(node, cluster) -> registries.yaml + CAs, policies, HelmChartConfigs (in place);
+--   sync_dirs(node) -> the TLS dir, /etc/cargoship, and *-config.yaml in the manifests dir
+--       (controllers)
 --   stop(node) -> actions;  upgrade_node(node, cluster, staged, os) -> actions;  reset(node, os, names?) -> actions
 --   image_dir() -> "<data_dir>/agent/images" (the agent imports tarballs there itself)
 local action = require "cargoship.action"
@@ -106,6 +109,16 @@ end
 
 -- ---- registries.yaml (engines.md §2.2) ------------------------------------------------
 
+-- Servers join the leader's supervisor even behind a load balancer; agents join either.
+function M:join_target(n, cluster)
+  local t = engine.Engine.join_target(self, n, cluster)
+  if t and n.role == "controller" and cluster.loadbalancer and cluster.leader then
+    t = { host = join_host(cluster.leader), port = self.join_port, what = "the leader " .. cluster.leader.name,
+          leader = cluster.leader }
+  end
+  return t
+end
+
 function M:render_registries(cluster)
   local mirrors, configs, files = {}, {}, {}
   for _, r in ipairs(cluster.registries or {}) do
@@ -184,6 +197,23 @@ function M:config_files(n, cluster)
   return files
 end
 
+-- config.yaml is not kept by sync (engines.md §5.4, §2.1): only an upgrade rewrites it.
+-- The engine's helm controller reconciles a changed HelmChartConfig with no restart.
+function M:sync_files(n, cluster)
+  local out = engine.Engine.sync_files(self, n, cluster)
+  for _, f in ipairs(self:helm_chart_configs(n, cluster or {})) do
+    f.in_place = true
+    out[#out + 1] = f
+  end
+  return out
+end
+
+function M:sync_dirs(n)
+  local out = { { dir = "/etc/cargoship/tls" }, { dir = "/etc/cargoship" } }
+  if n.role == "controller" then out[#out + 1] = { dir = self:manifests_dir(), match = "%-config%.yaml$" } end
+  return out
+end
+
 -- ---- join secret ---------------------------------------------------------------------
 
 function M.new_secret(_, bytes)
@@ -249,12 +279,29 @@ function M:upgrade_node(n, cluster, staged, os)
   return out
 end
 
+-- The agent asks the supervisor for its kubelet certificate with the node's password
+-- (/etc/rancher/node/password); a server that stored another password for that node name
+-- (a host reinstalled under an existing node's name) answers 403, and the agent logs the
+-- refusal and retries for ever ("Waiting to retrieve agent configuration; server is not
+-- ready: Node password rejected, ..."). No wait can end it: it is the start's failure.
+function M.start_refused(_, log, node)
+  local msg = (log or ""):match("(Node password rejected[^\n\"]*)")
+  if not msg then return nil end
+  return (msg:gsub("%s+$", "")) .. " (the cluster knows this node name with another node password: delete"
+    .. " the node (kubectl delete node " .. tostring(node or "NAME") .. ", which removes its password secret) or"
+    .. " give the host another name)"
+end
+
 -- names: packages installed from the staged rpm/deb files (read from the staging dirs).
 function M:reset(n, os, names)
   local out = self:stop(n)
   for _, a in ipairs(self:reset_packages(os, names)) do out[#out + 1] = a end
   out[#out + 1] = action.remove { path = self.data_dir, recursive = true }
   out[#out + 1] = action.remove { path = self.config_dir, recursive = true }
+  -- the node password both engines keep beside their config, then their parent dirs when empty
+  out[#out + 1] = action.remove { path = "/etc/rancher/node", recursive = true }
+  out[#out + 1] = action.run { cmd = "rmdir /etc/rancher /var/lib/rancher 2>/dev/null; true",
+                               say = "remove /etc/rancher and /var/lib/rancher if empty" }
   return out
 end
 

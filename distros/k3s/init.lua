@@ -17,4 +17,6 @@ return rancher:extend {
   killall = "k3s-killall.sh",
   -- peers' ports (engines.md §1.1): etcd, the embedded registry, the API, kubelet; flannel, wireguard
   peer_ports = { tcp = { "2379-2380", "5001", "6443", "10250" }, udp = { "8472", "51820-51821" } },
+  -- what must be free where it does not run yet: the API/supervisor and the kubelet
+  listen_ports = { controller = { 6443, 10250 }, worker = { 10250 } },
 }

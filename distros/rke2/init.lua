@@ -13,6 +13,8 @@ return rancher:extend {
   data_dir = "/var/lib/rancher/rke2",
   config_dir = "/etc/rancher/rke2",
   join_port = 9345,
+  -- what must be free where it does not run yet: supervisor, API, etcd, kubelet
+  listen_ports = { controller = { 9345, 6443, 2379, 2380, 10250 }, worker = { 10250 } },
   killall = "rke2-killall.sh",
   -- peers' ports (engines.md §1.1): BGP, etcd, cilium/calico health, calico typha, the API,
   -- canal health, the supervisor, kubelet; VXLAN, flannel, wireguard

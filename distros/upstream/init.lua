@@ -22,6 +22,11 @@
 --   parse_join_secret(out) -> secret | nil;  join_secret_write(secret) -> {} (the secret goes
 --       into the JoinConfiguration instead of a file)
 --   image_import(files) -> one `ctr -n k8s.io images import` per file
+--   sync_files(node, cluster) -> containerd's files, hosts.toml per registry + CAs, policies;
+--   sync_dirs(node) -> the TLS dir and certs.d's <registry>/hosts.toml files (a registry the
+--       cluster file dropped would keep its mirror: containerd reads every hosts.toml there)
+--   sync_node(node, writes, removes) -> stop kubelet, write, restart containerd when one of
+--       its own files is written, start kubelet
 --   upgrade_node(node, cluster, staged, os) -> actions (the base's upgrade drains first);  reset(node, os, names?)
 local action = require "cargoship.action"
 local engine = require "distros.engine"
@@ -50,6 +55,7 @@ local M = engine.Engine:extend {
 }
 
 local API = "kubeadm.k8s.io/v1beta4"
+local CERTS_D = "/etc/containerd/certs.d"
 
 local function endpoint(self, cluster)
   local h = cluster.loadbalancer or (cluster.leader and engine.join_host(cluster.leader))
@@ -196,7 +202,7 @@ function M.render_registries(_, cluster)
       end
       if t.insecure_skip_verify then lines[#lines + 1] = "  skip_verify = true" end
     end
-    files[#files + 1] = { path = "/etc/containerd/certs.d/" .. r.name .. "/hosts.toml",
+    files[#files + 1] = { path = CERTS_D .. "/" .. r.name .. "/hosts.toml",
                           content = table.concat(lines, "\n") .. "\n", mode = "0600" }
     files[#files + 1] = ca_file
   end
@@ -231,6 +237,33 @@ function M:join_files(n, cluster)
   cluster = cluster or {}
   if is_leader(n, cluster) then return {} end
   return { self:render_config(n, cluster) }
+end
+
+-- The kubeadm document is not kept: a running node's is kubeadm's to change (upgrade).
+function M:sync_files(n, cluster) return node_files(self, n, cluster or {}) end
+
+function M.sync_dirs()
+  return { { dir = "/etc/cargoship/tls" }, { dir = CERTS_D, depth = 2, match = "^[^/]+/hosts%.toml$" } }
+end
+
+function M:sync_node(n, writes, removes)
+  local runtime, written = {}, false
+  for _, f in ipairs(self:runtime_files()) do runtime[f.path] = true end
+  for _, a in ipairs(writes or {}) do written = written or runtime[a.path] == true end
+  local out = self:stop(n)
+  for _, a in ipairs(writes or {}) do out[#out + 1] = a end
+  for _, a in ipairs(removes or {}) do out[#out + 1] = a end
+  if written then
+    for _, svc in ipairs(self.runtime_services) do
+      out[#out + 1] = action.service { verb = "restart", service = svc }
+    end
+  end
+  -- the node runs, so kubeadm set it up: its kubelet is only started again
+  local up = {}
+  for k, v in pairs(n) do up[k] = v end
+  up.bootstrapped = true
+  for _, a in ipairs(self:start(up)) do out[#out + 1] = a end
+  return out
 end
 
 function M:bootstrapped_probe() return shell.fmt("test -e %s", self.bootstrapped_marker) end
@@ -379,18 +412,29 @@ end
 local CLEANUP = "ip link delete cni0 2>/dev/null; ip link delete flannel.1 2>/dev/null; "
   .. "for t in filter nat mangle; do iptables -t $t -F 2>/dev/null; iptables -t $t -X 2>/dev/null; done; true"
 
+-- kubeadm reset needs containerd (it removes the pods' containers through CRI); then
+-- containerd, which Configure engine enabled and started, is stopped, and the files it wrote
+-- for it go, with the CNI configuration kubeadm reset leaves (/etc/cni/net.d, as its own
+-- message says) and what containerd made under /opt/containerd when empty.
 function M:reset(_, os, names)
   local out = { action.run { cmd = "kubeadm reset -f", timeout = 300 },
                 action.run { cmd = CLEANUP, say = "remove CNI links and iptables rules (best effort)" } }
+  for _, s in ipairs(self.runtime_services) do out[#out + 1] = action.service { verb = "stop", service = s } end
   for _, a in ipairs(self:reset_packages(os, names)) do out[#out + 1] = a end
-  for _, p in ipairs({ self.data_dir, self.config_dir, self.staging_dir }) do
+  local dirs = { self.data_dir, self.config_dir, self.staging_dir, "/etc/containerd/certs.d", "/etc/cni/net.d" }
+  for _, p in ipairs(dirs) do
     out[#out + 1] = action.remove { path = p, recursive = true }
   end
+  for _, f in ipairs(self:runtime_files()) do out[#out + 1] = action.remove { path = f.path } end
+  out[#out + 1] = action.run { cmd = "rmdir /etc/cni /opt/containerd/bin /opt/containerd/lib /opt/containerd "
+    .. "2>/dev/null; true", say = "remove /etc/cni and /opt/containerd if empty" }
   return out
 end
 
 -- Peer ports: etcd, the API server, kubelet, kube-proxy, controller manager, scheduler; VXLAN.
 M.peer_ports = { tcp = { "2379-2380", "6443", "10250", "10256", "10257", "10259" }, udp = { "4789", "8472" } }
+-- what must be free where it does not run yet (kubeadm's own preflight checks these ports)
+M.listen_ports = { controller = { 6443, 2379, 2380, 10250, 10257, 10259 }, worker = { 10250 } }
 
 -- Pod and service CIDRs: kubeadm networking.podSubnet (none by default) and serviceSubnet
 -- (else 10.96.0.0/12).

@@ -1,15 +1,21 @@
 -- cargoship.action: the action records a phase's assess returns; one record is both the plan's sentence and the work.
 --
 -- Every record has `kind` (stable, in the JSON report) and `say` (the sentence people read).
---   run      {cmd, timeout?, sudo?, stdin?}           a command; non-zero exit fails it
+--   run      {cmd, timeout?, sudo?, stdin?, finish?}  a command; non-zero exit fails it. finish: seconds
+--                                                     it may run on when the run is cancelled
+--                                                     (a package-manager transaction), then ended
 --   write    {path, content, mode?, owner?, group?}   atomic temp+rename; skipped when the host
 --                                                     already has the same content and mode
 --   upload   {path, source, sha256, size?, mode?, owner?, group?}
 --                                                     a local file; skipped when the remote hash
---                                                     and mode match
+--                                                     and mode match; assessed = true: the
+--                                                     phase's assess read the target and found
+--                                                     it different, so the transport does not ask again
 --   remove   {path}                                   rm -f (a directory needs `recursive = true`)
---   service  {verb, service}                          verb: start|stop|restart|reload|enable|disable
---                                                     through the host's service manager
+--   service  {verb, service, nowait?}                 verb: start|stop|restart|reload|enable|disable
+--                                                     through the host's service manager; nowait
+--                                                     (start, restart): not waiting for the service
+--                                                     to report ready (cargoship.os.service)
 --   kube     {verb, node?, path?, cmd, timeout?, retries?}
 --                                                     a kubectl operation on the host it is applied
 --                                                     to (the leader): verb apply (path: a
@@ -92,6 +98,7 @@ function M.run(t)
   need(t, "cmd", "run")
   opt(t, "timeout", "run", "number")
   opt(t, "stdin", "run", "string")
+  opt(t, "finish", "run", "number")
   return make("run", t, "run " .. t.cmd:match("^[^\n]*"):sub(1, 120))
 end
 
@@ -121,6 +128,7 @@ function M.service(t)
   need(t, "verb", "service")
   need(t, "service", "service")
   if not M.SERVICE_VERBS[t.verb] then error("action service: unknown verb " .. t.verb, 2) end
+  opt(t, "nowait", "service", "boolean")
   return make("service", t, t.verb .. " service " .. t.service)
 end
 

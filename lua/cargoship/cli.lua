@@ -15,8 +15,8 @@ local log = require "cargoship.log"
 local M = {}
 
 -- Adding a command is one word here (and its module under lua/cargoship/commands/).
-M.COMMANDS = { "version", "validate", "apply", "kubeconfig", "exec", "unlock", "repl", "vault", "package",
-  "create", "verify", "sha256sum", "inventory", "schema", "completion" }
+M.COMMANDS = { "version", "validate", "apply", "prepare", "engine-config-sync", "reset", "kubeconfig", "exec",
+  "unlock", "repl", "vault", "package", "create", "verify", "sha256sum", "inventory", "schema", "completion" }
 
 M.EXIT = {
   ok = 0,

@@ -192,7 +192,7 @@ describe("cli.main", function()
     assert.are.equal(0, code)
     for _, name in ipairs(cli.COMMANDS) do
       local cmd = require("cargoship.commands." .. name)
-      assert.matches("\n  " .. name .. " +" .. cmd.summary:gsub("%p", "%%%0"), out)
+      assert.matches("\n  " .. name:gsub("%p", "%%%0") .. " +" .. cmd.summary:gsub("%p", "%%%0"), out)
     end
     assert.matches("Exit codes:", out, 1, true)
     local documented = 0
@@ -345,7 +345,7 @@ describe("command modules", function()
     describe(cmd.name, function()
       it("has the interface the dispatcher relies on", function()
         assert.is_string(cmd.summary)
-        assert.matches("^Usage: cargoship " .. cmd.name, cmd.usage)
+        assert.matches("^Usage: cargoship " .. cmd.name:gsub("%p", "%%%0"), cmd.usage)
         assert.is_function(cmd.run)
         for _, opt in ipairs(cmd.options) do
           assert.is_string(opt.help, "--" .. opt.long .. " has no help")

@@ -243,3 +243,80 @@ describe("host:apply", function()
     assert.has_error(function() h:apply({ { kind = "bogus" } }) end)
   end)
 end)
+
+-- Round trips: a phase's consecutive records go to the host as one script (cargoship.host_batch),
+-- run here by a real shell; each keeps its own outcome, error and stdin bytes.
+describe("host:apply, consecutive records in one round trip", function()
+  local batch = require "cargoship.host_batch"
+  local dir
+  before_each(function() dir = tmpdir() end)
+  after_each(function() os.execute("rm -rf " .. dir) end)
+
+  it("sends writes, removes, runs and service verbs as one command whose argv carries no record", function()
+    local h = new_host(false)
+    h.os = { service = function(_, verb, name) return "echo " .. verb .. "-" .. name .. " >> " .. dir .. "/svc" end }
+    assert(os.execute("touch " .. dir .. "/old"))
+    local secret = "token: K10hunter2\n"
+    local acts = {
+      action.run { cmd = "cat > " .. dir .. "/stdin-seen; echo ran", secret = true },
+      action.write { path = dir .. "/a", content = secret, mode = "0600" },
+      action.write { path = dir .. "/empty", content = "" },
+      action.write { path = dir .. "/raw", content = "no newline\30cs-z:1:0\n\30cs-a:9\nx" },
+      action.remove { path = dir .. "/old" },
+      action.remove { path = dir .. "/never-was" },
+      action.service { verb = "enable", service = "k3s-agent" },
+      action.service { verb = "start", service = "k3s-agent" },
+    }
+    local outcomes, err = h:apply(acts)
+    assert.is_nil(err)
+    assert.are.same({ "done", "done", "done", "done", "done", "skipped", "done", "done" }, statuses(outcomes))
+    assert.are.equal(1, #h.conn.sent, "one command for the eight records")
+    assert.are.equal(batch.LOADER, h.conn.sent[1], "the command line is the loader alone")
+    assert.are.equal(secret, read(dir .. "/a"))
+    assert.are.equal("600", stat(dir .. "/a"))
+    assert.are.equal("", read(dir .. "/empty"))
+    assert.are.equal("no newline\30cs-z:1:0\n\30cs-a:9\nx", read(dir .. "/raw"))
+    assert.is_nil(read(dir .. "/old"))
+    assert.are.equal("", read(dir .. "/stdin-seen"), "a run reads none of the later records' bytes")
+    assert.are.equal("enable-k3s-agent\nstart-k3s-agent\n", read(dir .. "/svc"))
+    -- the same records again: one round trip, the writes skipped
+    local again = h:apply({ acts[2], acts[3], acts[4] })
+    assert.are.same({ "skipped", "skipped", "skipped" }, statuses(again))
+    assert.are.equal(2, #h.conn.sent)
+  end)
+
+  it("stops at the failing record: those before done, its own exit and stderr named with host and record, "
+    .. "the rest not run", function()
+    local h = new_host(false)
+    local outcomes, err = h:apply({
+      action.write { path = dir .. "/one", content = "1" },
+      action.run { cmd = "echo said-before; echo first-err >&2; true" },
+      action.run { cmd = "echo why-on-stdout; echo broken >&2; exit 7", say = "start the agent" },
+      action.write { path = dir .. "/never", content = "x" },
+      action.run { cmd = "touch " .. dir .. "/never2" },
+    })
+    assert.are.same({ "done", "done", "failed", "not_run", "not_run" }, statuses(outcomes))
+    assert.are.equal("h1: start the agent: command failed (exit 7): why-on-stdout\nbroken", err)
+    assert.are.equal(err, outcomes[3].error)
+    assert.are.equal("1", read(dir .. "/one"))
+    assert.is_nil(read(dir .. "/never"))
+    assert.is_nil(read(dir .. "/never2"))
+    assert.are.equal(1, #h.conn.sent)
+  end)
+
+  it("sends alone what cannot share a script: an upload splits the run, a lone record keeps its own command",
+    function()
+    local h = new_host(false)
+    local outcomes = h:apply({
+      action.write { path = dir .. "/a", content = "a" },
+      action.run { cmd = "true" },
+      action.upload { path = "/opt/x", source = "/tmp/x", sha256 = "ab12" },
+      action.run { cmd = "echo lone" },
+      action.run { cmd = "cat", stdin = "own stdin" },
+    })
+    assert.are.same({ "done", "done", "done", "done", "done" }, statuses(outcomes))
+    -- the batch (write + run), then the upload (the connection's), the lone run, the run with stdin
+    assert.are.same({ batch.LOADER, "echo lone", "cat" }, h.conn.sent)
+    assert.are.equal(1, #h.conn.uploads)
+  end)
+end)

@@ -47,10 +47,13 @@ end
 
 -- One pass of the pipeline over fresh Host objects: a dry run (the plan) or the real run.
 -- `late(report)` prints a report that was finished after an interruption (see runner.run).
--- -> report, the pass's context
-local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late, plan)
+-- keep = {transport = the plan's, whose sessions this pass takes} | true (this pass's
+-- sessions stay open for the next: transport:keep) | nil.
+-- -> report, the pass's context, the transport it kept (the caller closes it)
+local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late, plan, keep)
   local loop = require "cargoship.loop"
-  local transport, terr = session.transport_for(o, ctx.env)
+  local transport, terr = type(keep) == "table" and keep.transport, nil
+  if not transport then transport, terr = session.transport_for(o, ctx.env, ctx.log) end
   if not transport then error(terr, 0) end
   local pctx = context.new { cluster = cluster, options = o, log = ctx.log, dry_run = dry_run, now = ctx.now,
     env = ctx.env, transport = transport, distro = o.distro_package }
@@ -58,7 +61,12 @@ local function pass(ctx, cluster, o, phases, pipeline, dry_run, deadline, late, 
     enabled = ctx.log:enabled("info"), logger = ctx.log, now = loop.now }
   local rep = runner.run(pctx, phases, { pipeline = pipeline, progress = prog, deadline = deadline,
     timeout = o.timeout, on_late_report = late, plan = plan })
-  -- the plan's disconnect only says it would disconnect; no session may outlive its pass
+  -- the plan's disconnect only says it would disconnect; no session may outlive its pass,
+  -- but the one the real run takes at once
+  if keep == true and rep.final then
+    transport:keep()
+    return rep, pctx, transport
+  end
   if rep.final then transport:close_all() end
   return rep, pctx
 end
@@ -143,11 +151,33 @@ local function run_pipeline(ctx, cmd, cluster, o)
     return report.exit_code(rep, ctx.exit)
   end
 
-  local plan = pass(ctx, cluster, o, phases, pipeline, true, deadline, function(r)
+  -- --confirm: the real run follows the plan at once, over the plan's sessions
+  local plan, _, spare = pass(ctx, cluster, o, phases, pipeline, true, deadline, function(r)
     if o.output == "json" then emit(ctx, o, report.stopped(r, "interrupted", "interrupted while making the plan"))
     else emit(ctx, o, r, "Plan") end
-  end)
+  end, nil, o.confirm and true or nil)
   if not plan.final then return ctx.exit.interrupted end
+  local code = M.after_plan(ctx, cmd, o, plan)
+  if code then
+    if spare then spare:close_all() end
+    return code
+  end
+  -- the operator's time to answer is not the run's: the real run gets the whole --timeout
+  deadline = o.timeout and loop.now() + o.timeout or nil
+  local rep, pctx = pass(ctx, cluster, o, phases, pipeline, false, deadline, function(r)
+    r.plan = plan
+    emit(ctx, o, r, cmd.heading)
+  end, plan, spare and { transport = spare } or nil)
+  rep.plan = plan
+  if not rep.final then return ctx.exit.interrupted end
+  emit(ctx, o, rep, cmd.heading)
+  return real_exit_code(ctx, rep, pctx)
+end
+
+-- What follows a complete plan before the real run: the plan shown, and the run refused
+-- (failed plan, failure foretold), needless (nothing to do) or not consented to.
+-- -> exit code when the run does not follow | nil
+function M.after_plan(ctx, cmd, o, plan)
   local asking = not o.confirm and ctx.isatty and ctx.isatty.stdin
   if o.output ~= "json" then
     ctx.stdout:write(report.text(plan, { heading = "Plan" }))
@@ -158,6 +188,15 @@ local function run_pipeline(ctx, cmd, cluster, o)
     ctx.stderr:write("cargoship: the plan did not complete; nothing was changed.\n")
     if o.output == "json" then emit(ctx, o, report.stopped(plan, plan.outcome, plan.error or plan.outcome)) end
     return report.exit_code(plan, ctx.exit)
+  end
+  -- a failure foretold is refused before the lock and before the question: the operator fixes
+  -- the host (or the package) first, instead of meeting it half-way through the run
+  if (plan.predicted or 0) > 0 then
+    local why = string.format("the plan foretells a failure on %d host%s (\"would fail\" above); nothing was changed",
+      plan.predicted, plan.predicted == 1 and "" or "s")
+    ctx.stderr:write("cargoship: ", why, ".\n")
+    if o.output == "json" then emit(ctx, o, report.stopped(plan, "refused", why)) end
+    return ctx.exit.failure
   end
   if plan.outcome == "ok" then
     ctx.stderr:write("cargoship: nothing to ", verb(cmd), ".\n")
@@ -170,16 +209,7 @@ local function run_pipeline(ctx, cmd, cluster, o)
     if o.output == "json" then emit(ctx, o, report.stopped(plan, outcome, why)) end
     return ctx.exit.failure
   end
-  -- the operator's time to answer is not the run's: the real run gets the whole --timeout
-  deadline = o.timeout and loop.now() + o.timeout or nil
-  local rep, pctx = pass(ctx, cluster, o, phases, pipeline, false, deadline, function(r)
-    r.plan = plan
-    emit(ctx, o, r, cmd.heading)
-  end, plan)
-  rep.plan = plan
-  if not rep.final then return ctx.exit.interrupted end
-  emit(ctx, o, rep, cmd.heading)
-  return real_exit_code(ctx, rep, pctx)
+  return nil
 end
 
 -- No line of this run may show a secret of the cluster file: registry credentials sit in
@@ -225,7 +255,7 @@ function M.run(ctx, cmd, o)
   o.command = cmd.pipeline.command or cmd.name
   if o.distro then
     -- the package is read before any host is touched: a bad one must stop the run here
-    local pkg, perr = require("cargoship.package").read(o.distro)
+    local pkg, perr = require("cargoship.package").read(o.distro, { tmpdir = o.tmpdir })
     if not pkg then
       ctx.stderr:write("cargoship ", cmd.name, ": --distro: ", tostring(perr), "\n")
       return ctx.exit.failure

@@ -4,6 +4,7 @@
 -- codes are every pipeline command's (cargoship.cli.pipeline); this file says only what is
 -- apply's: its options, its usage and its pipeline.
 local args = require "cargoship.cli.args"
+local ssh_options = require "cargoship.cli.ssh_options"
 local command_path = require "cargoship.cli.pipeline"
 local load = require "cargoship.pipeline.load"
 
@@ -18,7 +19,7 @@ Usage: cargoship apply [options] CLUSTER [--distro PACKAGE]
 Brings every host of the cluster file CLUSTER to the state it describes, through the
 ordered phases of apply (docs/dry-run.md lists them).
 
-IN THIS BUILD: phases 1-7 (connect, detect operating systems, gather host facts, validate
+Phases 1-7 (connect, detect operating systems, gather host facts, validate
 hosts, gather distro facts, check for nodes no longer in the config, acquire the host
 lock), 8-13 (prepare hosts: /etc/environment, sysctl and kernel modules from the host's
 environment and the --distro package; container-selinux, fapolicyd rules with -f, SELinux
@@ -31,12 +32,14 @@ workers in batches), 23-24 (upgrade the nodes whose engine runs at another versi
 the package's: controllers one at a time, then workers in batches; each node cordoned and
 drained through the leader, upgraded, Ready at the new version, uncordoned, and the
 workloads its drain evicted ready again before the next), 25 (install the staged engine
-files on hosts no phase above installed), 28 (with --update-kubeconfig: merge the cluster's
-admin kubeconfig into yours), 29 (with --label-nodes: label each node
-node-role.kubernetes.io/<profile>=true through the leader), 30 (release the lock) and 31
-(disconnect). Phases 26-27 (syncing engine config) are not in this build, and the report
-says so. --skip-phases leaves out phases of your choice (say 18-22: prepare and upload
-only); the report lists them.
+files on hosts no phase above installed), 26-27 (sync the engine config files of running
+nodes with what the cluster file renders: registries, CAs, audit and PSS policies, chart
+values; a drifted or stale file is named with why; chart values alone are written in place,
+anything else drains, stops, writes, starts and uncordons as an upgrade does), 28 (with
+--update-kubeconfig: merge the cluster's admin kubeconfig into yours), 29 (with
+--label-nodes: label each node node-role.kubernetes.io/<profile>=true through the leader),
+30 (release the lock) and 31 (disconnect): all 31 phases. --skip-phases leaves out phases
+of your choice (say 18-22: prepare and upload only); the report lists them.
 
 A drain that fails (a PodDisruptionBudget refusing eviction past --drain-timeout) leaves
 that node uncordoned at its old version and fails that host alone, naming the pod; the
@@ -69,21 +72,25 @@ Hosts: an ssh: block is reached by cargoship's own SSH (libssh2), an openSSH: bl
 system's ssh (ssh_config, ProxyCommand/ProxyJump, RSA keys, certificates; host keys as
 OpenSSH checks them, --known-hosts passed as its UserKnownHostsFile): one ControlMaster per
 host, every command a channel over it. With disableMultiplexing: true every command opens
-its own connection and pays a handshake. localhost: true runs the commands on this machine
-(through sudo when not root).
+its own connection and pays a handshake (paced by --max-startups). localhost: true runs
+the commands on this machine (through sudo when not root).
 
 With --dry-run, apply connects to every host and runs the read-only phases for real, then
 reports every other phase with what it would do on each host, "nothing to do", or
 "unassessed" (it would read host state an earlier reported phase has yet to create). A
 dry run changes nothing (the hosts refuse every write), takes no host lock and needs no
 --confirm. A host that fails is left out of the later phases; the other hosts go through
-every phase. Exit codes: 0 nothing is pending, 3 work is pending, 1 a phase failed (on
-any host), 130 interrupted.
+every phase. With --distro it also foretells what a later phase would fail on (a missing
+package dependency, a full disk, an unresolvable or unreachable join address, a busy engine
+port, a kernel module or sysctl the host lacks): "would fail" under the host, in phase 4.
+Exit codes: 0 nothing is pending, 3 work is pending (or a failure is foretold), 1 a phase
+failed (on any host), 130 interrupted.
 
 Without --dry-run, apply first runs that dry run and shows it as the plan, then asks
 "Proceed? [y/N]" on the terminal. When stdin is not a terminal, --confirm is needed:
 without it apply stops before changing anything (exit 1). --confirm skips the question.
-Exit codes: 0 applied, 1 a phase failed or the plan was not confirmed, 4 another
+A plan that foretells a failure is refused before the lock (exit 1, nothing changed).
+Exit codes: 0 applied, 1 a phase failed or the plan was not confirmed or was refused, 4 another
 cargoship holds a host lock, 130 interrupted (phases that ran are cleaned up first, so
 host locks are released).
 
@@ -125,8 +132,8 @@ M.options = {
     help = "phase 29: label each node node-role.kubernetes.io/<profile>=true through the leader where it "
       .. "is missing or set to anything else" },
   { long = "tmpdir", value = "DIR", check = args.checks.nonempty,
-    help = "the Go tool's remote staging directory; IN THIS BUILD accepted and unused: uploads are "
-      .. "staged under a temporary name beside each target" },
+    help = "where a package archive is unpacked on this machine for the run (default: $TMPDIR, else /tmp; "
+      .. "removed at the end); on the hosts each upload is staged under a temporary name beside its target" },
   { long = "output", value = "FORMAT", check = { "text", "json" }, default = "text",
     help = "report as text for people or json for machines" },
   { long = "timeout", value = "DURATION", check = args.checks.duration,
@@ -154,24 +161,22 @@ M.options = {
       .. "an ssh master per host: encryption on every core), auto (openssh for files of 32 MiB and more, "
       .. "libssh2 when the system ssh cannot reach the host); openSSH: hosts always use their ssh" },
   { long = "allow-downgrade", help = "go on although a host runs a newer engine than the distro package" },
-  { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
-    help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts; a host's "
-      .. "UserKnownHostsFile ssh option wins)" },
-  { long = "host-key-policy", value = "POLICY", check = { "strict", "accept-new", "off" }, default = "strict",
-    help = "strict: unknown or changed host keys fail the host; accept-new: learn unknown keys" },
-  { long = "ssh-timeout", value = "DURATION", check = args.checks.duration, default = 30,
-    help = "per host: give up connecting after DURATION" },
+  ssh_options.known_hosts(),
+  ssh_options.host_key_policy(),
+  ssh_options.ssh_timeout(),
+  ssh_options.max_startups(),
   { long = "max-clock-skew", value = "DURATION", check = args.checks.duration, default = 30,
     help = "fail hosts whose clock is further than DURATION from the median host clock" },
   { long = "ready-timeout", value = "DURATION", check = args.checks.duration, default = 300,
     help = "how long a started node may take to report Ready (through the leader's kubectl) before its "
       .. "start fails with the service's recent log" },
-  { long = "no-drain", help = "phases 23-24: upgrade nodes without cordoning and draining them first" },
+  { long = "no-drain",
+    help = "phases 23-24, 26-27: upgrade or sync nodes without cordoning and draining them first" },
   { long = "drain-grace-period", value = "DURATION", check = args.checks.duration, default = 120,
-    help = "phases 23-24: how long each pod a drain evicts gets to stop" },
+    help = "phases 23-24, 26-27: how long each pod a drain evicts gets to stop" },
   { long = "drain-timeout", value = "DURATION", check = args.checks.duration, default = 300,
-    help = "phases 23-24: give up draining a node after DURATION (its pods' budgets refusing eviction): the node "
-      .. "is uncordoned and left at its version; also how long the evicted workloads may take to be ready again" },
+    help = "phases 23-24, 26-27: give up draining a node after DURATION (its pods' budgets refusing eviction): "
+      .. "the node is uncordoned and left as it was; also how long the evicted workloads may take to be ready again" },
   { long = "skip-phases", value = "LIST", check = args.checks.number_list,
     help = "leave out these phases of the pipeline (numbers and ranges: 18-22,25); the report lists them "
       .. "as skipped. Phases " .. load.ranges(M.pipeline.required) .. " cannot be skipped" },
@@ -225,6 +230,7 @@ function M.apply_options(ctx, a)
     known_hosts = o.known_hosts or ((ctx.env("HOME") or "") .. "/.ssh/known_hosts"),
     host_key_policy = o.host_key_policy,
     ssh_timeout = o.ssh_timeout,
+    max_startups = o.max_startups,
     max_clock_skew = o.max_clock_skew,
     phases_dir = o.phases,
     skip_phases = o.skip_phases,

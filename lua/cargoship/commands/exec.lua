@@ -1,6 +1,7 @@
 -- cargoship.commands.exec: runs one command on many hosts at once, output prefixed by host.
 local lines = require "cargoship.lines"
 local args = require "cargoship.cli.args"
+local ssh_options = require "cargoship.cli.ssh_options"
 local loop = require "cargoship.loop"
 local validate = require "cargoship.commands.validate"
 local pool = require "cargoship.pool"
@@ -37,10 +38,9 @@ M.options = {
     help = "connect to and run on at most N hosts at once" },
   { long = "timeout", value = "DURATION", check = args.checks.duration, default = 60,
     help = "per host: give up connecting, or on the command, after DURATION" },
-  { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
-    help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts)" },
-  { long = "host-key-policy", value = "POLICY", check = { "strict", "accept-new", "off" }, default = "strict",
-    help = "strict: unknown hosts fail; accept-new: learn unknown keys, changed ones still fail" },
+  ssh_options.known_hosts(),
+  ssh_options.host_key_policy(),
+  ssh_options.max_startups(),
 }
 M.arguments = { { name = "CLUSTER" }, { name = "COMMAND", rest = true } }
 M.keeps_log = true   -- every run that touches hosts keeps its debug log
@@ -107,7 +107,7 @@ function M.run(ctx, a)
   end
   -- the same transport as apply's, so both meet the same host keys and passphrase rules
   local t, terr = session.transport_for(session.options(ctx, { known_hosts = o.known_hosts,
-    host_key_policy = o.host_key_policy, ssh_timeout = o.timeout }), ctx.env)
+    host_key_policy = o.host_key_policy, ssh_timeout = o.timeout, max_startups = o.max_startups }), ctx.env, ctx.log)
   if not t then
     ctx.stderr:write("cargoship exec: ", terr, "\n")
     return ctx.exit.failure

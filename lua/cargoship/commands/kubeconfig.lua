@@ -5,6 +5,7 @@
 -- It asks no question: the one write is the operator's own file, which the command names.
 -- With `-` it runs as a dry run (nothing written anywhere) and prints the kubeconfig.
 local args = require "cargoship.cli.args"
+local ssh_options = require "cargoship.cli.ssh_options"
 local command_path = require "cargoship.cli.pipeline"
 
 local M = {}
@@ -46,12 +47,10 @@ M.options = {
     help = "report as text for people or json for machines" },
   { long = "timeout", value = "DURATION", check = args.checks.duration,
     help = "give up after DURATION (30s, 5m, 1h or seconds; default: none)" },
-  { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
-    help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts)" },
-  { long = "host-key-policy", value = "POLICY", check = { "strict", "accept-new", "off" }, default = "strict",
-    help = "strict: unknown or changed host keys fail the host; accept-new: learn unknown keys" },
-  { long = "ssh-timeout", value = "DURATION", check = args.checks.duration, default = 30,
-    help = "per host: give up connecting after DURATION" },
+  ssh_options.known_hosts(),
+  ssh_options.host_key_policy(),
+  ssh_options.ssh_timeout(),
+  ssh_options.max_startups(),
 }
 M.arguments = { { name = "CLUSTER" }, { name = "-", optional = true, choices = { "-" } } }
 M.keeps_log = true

@@ -1,5 +1,6 @@
 -- cargoship.commands.repl: connects to a cluster's hosts and gives the operator a Lua prompt over them.
 local args = require "cargoship.cli.args"
+local ssh_options = require "cargoship.cli.ssh_options"
 local context = require "cargoship.pipeline.context"
 
 local M = {}
@@ -39,13 +40,10 @@ M.options = {
   { long = "strict", help = "exit 1 without running anything when a host cannot be reached" },
   { long = "concurrency", value = "N", check = args.checks.positive_int, default = 30,
     help = "connect to, and fan commands out over, at most N hosts at once" },
-  { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
-    help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts; a host's "
-      .. "UserKnownHostsFile ssh option wins)" },
-  { long = "host-key-policy", value = "POLICY", check = { "strict", "accept-new", "off" }, default = "strict",
-    help = "strict: unknown or changed host keys fail the host; accept-new: learn unknown keys" },
-  { long = "ssh-timeout", value = "DURATION", check = args.checks.duration, default = 30,
-    help = "per host: give up connecting after DURATION" },
+  ssh_options.known_hosts(),
+  ssh_options.host_key_policy(),
+  ssh_options.ssh_timeout(),
+  ssh_options.max_startups(),
   { long = "keepalive", value = "DURATION", check = args.checks.duration, default = 30,
     help = "send an SSH keepalive every DURATION while the prompt waits" },
 }

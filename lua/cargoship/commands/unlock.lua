@@ -1,5 +1,6 @@
 -- cargoship.commands.unlock: shows who holds the cluster's host locks and, once confirmed, breaks them.
 local args = require "cargoship.cli.args"
+local ssh_options = require "cargoship.cli.ssh_options"
 
 local M = {}
 
@@ -36,10 +37,9 @@ M.options = {
   { long = "yes", short = "y", help = "break the locks without asking (needed when stdin is not a terminal)" },
   { long = "timeout", value = "DURATION", check = args.checks.duration, default = 30,
     help = "per host: give up connecting, or on a command, after DURATION" },
-  { long = "known-hosts", value = "PATH", check = args.checks.nonempty,
-    help = "known_hosts file to check host keys against (default ~/.ssh/known_hosts)" },
-  { long = "host-key-policy", value = "POLICY", check = { "strict", "accept-new", "off" }, default = "strict",
-    help = "strict: unknown hosts fail; accept-new: learn unknown keys, changed ones still fail" },
+  ssh_options.known_hosts(),
+  ssh_options.host_key_policy(),
+  ssh_options.max_startups(),
 }
 M.arguments = { { name = "CLUSTER" } }
 M.keeps_log = true   -- every run that touches hosts keeps its debug log
@@ -49,7 +49,7 @@ local function connect(ctx, cluster, o)
   local context = require "cargoship.pipeline.context"
   local session = require "cargoship.pipeline.session"
   local options = session.options(ctx, { known_hosts = o.known_hosts, host_key_policy = o.host_key_policy,
-    ssh_timeout = o.timeout })
+    ssh_timeout = o.timeout, max_startups = o.max_startups })
   options.concurrency = 50
   local transport = assert(session.transport_for(options, ctx.env))
   local run = context.new { cluster = cluster, log = ctx.log, dry_run = false, options = options,

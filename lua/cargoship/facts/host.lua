@@ -1,11 +1,16 @@
 -- cargoship.facts.host: the host probes phases share (file state, held packages, services), in one round trip.
 --
--- M.gather(host, {files = {path, ...}, holds = true, services = {name, ...}})
---   -> {files = {[path] = file}, holds = {[name] = true}, services = {[name] = {active = bool}}} | nil, why
+-- M.gather(host, {files = {path, ...}, dirs = {path, ...}, depth = {[path] = n}?, holds = true,
+--                  services = {name, ...}})
+--   -> {files = {[path] = file}, dirs = {[path] = {name, ...} | false}, holds = {[name] = true},
+--       services = {[name] = {active = bool}}} | nil, why
 --   One host:probes call (one SSH round trip) whatever is asked; what is not asked is absent.
 -- file = {exists = false} | {exists = true, type = "file"|"dir"|"link"|"other", mode = "0644",
 --         owner = "root", group = "root", sha256 = hex | nil (not a regular file)}
 --   A symlink is reported as itself (type "link"), not followed: a phase replacing one must know.
+-- dirs: what sits directly inside each directory (no recursion) but directories, by name,
+--   sorted; false when the directory is absent. depth[path] = n: down to n levels, named by
+--   their path below it ("docker.io/hosts.toml").
 -- holds: the packages the package manager will not move: `apt-mark showhold`, `dnf`/`yum
 --   versionlock list`, `zypper locks`, whichever the host has.
 -- services: through the host's service manager (host.os:service("is_active", name)).
@@ -67,10 +72,62 @@ function M.parse_files(out, paths)
   return files
 end
 
+-- One line per entry: "<i> <name>"; "<i> -" opens a directory that exists. A name holding a
+-- newline is left out: the parser reads lines.
+function M.dirs_command(paths, depth)
+  local out = {}
+  for i, p in ipairs(paths) do
+    if type(p) ~= "string" or p == "" then error("facts.host: dir " .. i .. " must be a non-empty string", 2) end
+    local d = depth and depth[p] or 1
+    if math.type(d) ~= "integer" or d < 1 then error("facts.host: depth of " .. p .. " must be an integer >= 1", 2) end
+    out[#out + 1] = shell.fmt("if [ -d %s ]; then echo %s; find %s -mindepth 1 -maxdepth %s ! -type d "
+      .. "! -name %s -printf %s; fi", p, i .. " -", p, tostring(d), "*\n*", i .. " %P\\n")
+  end
+  out[#out + 1] = "true"
+  return table.concat(out, "\n")
+end
+
+function M.parse_dirs(out, paths)
+  local dirs = {}
+  for _, p in ipairs(paths) do dirs[p] = false end
+  for line in (out or ""):gmatch("[^\n]+") do
+    local i, name = line:match("^(%d+) (.+)$")
+    local p = i and paths[tonumber(i)]
+    if p then
+      if name == "-" then dirs[p] = dirs[p] or {}
+      elseif dirs[p] then table.insert(dirs[p], name) end
+    end
+  end
+  for _, list in pairs(dirs) do
+    if list then table.sort(list) end
+  end
+  return dirs
+end
+
+-- The versionlock plugin's list, read from the file its config names: `dnf versionlock list`
+-- would answer the same but writes dnf's logs and cache, and a read may write nothing (a
+-- converged re-run changes no byte). Prints "#rpm" and the entries, or "#rpm-nolock" where
+-- neither dnf's nor yum's plugin is configured. dnf5 keeps its locks elsewhere (not read).
+M.VERSIONLOCK_CONFS = { "/etc/dnf/plugins/versionlock.conf", "/etc/yum/pluginconf.d/versionlock.conf" }
+function M.rpm_locks(confs)
+  local quoted = {}
+  for i, c in ipairs(confs) do quoted[i] = shell.quote(c) end
+  return table.concat({
+    "cs_lc=; for cs_c in " .. table.concat(quoted, " ") .. "; do",
+    '  if [ -e "$cs_c" ]; then cs_lc=$cs_c; break; fi; done',
+    'if [ -n "$cs_lc" ]; then',
+    "  cs_ll=$(sed -n 's/^[[:space:]]*locklist[[:space:]]*=[[:space:]]*//p' \"$cs_lc\" | tail -n 1)",
+    "  echo '#rpm'",
+    '  if [ -n "$cs_ll" ] && [ -e "$cs_ll" ]; then',
+    '    grep -v -e \'^[[:space:]]*#\' -e \'^[[:space:]]*$\' "$cs_ll" || true; fi',
+    "else echo '#rpm-nolock'; fi",
+  }, "\n")
+end
+M.RPM_LOCKS = M.rpm_locks(M.VERSIONLOCK_CONFS)
+
 M.HOLDS_COMMAND = table.concat({
   "if command -v apt-mark >/dev/null 2>&1; then echo '#apt'; apt-mark showhold",
-  "elif command -v dnf >/dev/null 2>&1; then echo '#rpm'; dnf -q versionlock list",
-  "elif command -v yum >/dev/null 2>&1; then echo '#rpm'; yum -q versionlock list",
+  "elif command -v dnf >/dev/null 2>&1 || command -v yum >/dev/null 2>&1; then " .. M.RPM_LOCKS,
   "elif command -v zypper >/dev/null 2>&1; then echo '#zypper'; zypper -q locks",
   "fi; true",
 }, "\n")
@@ -148,6 +205,7 @@ end
 function M.gather(host, want)
   local cmds = {}
   if want.files and #want.files > 0 then cmds.files = M.files_command(want.files) end
+  if want.dirs and #want.dirs > 0 then cmds.dirs = M.dirs_command(want.dirs, want.depth) end
   if want.holds then cmds.holds = M.HOLDS_COMMAND end
   if want.services and #want.services > 0 then
     local cmd, why = M.services_command(host.os, want.services)
@@ -159,6 +217,7 @@ function M.gather(host, want)
   local res, err = host:probes(cmds)
   if not res then return nil, err end
   if res.files then facts.files = M.parse_files(res.files.out, want.files) end
+  if res.dirs then facts.dirs = M.parse_dirs(res.dirs.out, want.dirs) end
   if res.holds then facts.holds = M.parse_holds(res.holds.out) end
   if res.services then facts.services = M.parse_services(res.services.out, want.services) end
   return facts

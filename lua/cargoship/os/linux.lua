@@ -88,13 +88,13 @@ function M:lineage()
   return table.concat(ids, " < ")
 end
 
--- host.os:service(verb, name) -> command | nil, why  (verbs: cargoship.os.service.VERBS)
-function M:service(verb, name)
+-- host.os:service(verb, name, o) -> command | nil, why  (verbs and o: cargoship.os.service)
+function M:service(verb, name, o)
   if not service.VERBS[verb] then error("os: unknown service verb " .. tostring(verb), 2) end
   if not self.services then
     return nil, "no service manager detected (systemd, runit or openrc)"
   end
-  return self.services.command(verb, name)
+  return self.services.command(verb, name, o)
 end
 
 local function no_pm(self)
@@ -106,7 +106,12 @@ M.query_packages = no_pm      -- (names) -> command printing "name<TAB>version" 
 M.install_packages = no_pm    -- (names) from the configured repositories
 M.install_files = no_pm       -- (paths) staged package files (.rpm / .deb)
 M.remove_packages = no_pm
+M.repair_packages = no_pm     -- () finishes a transaction cut short (facts.packages sees one)
 M.hold_packages = no_pm       -- pin, so an unattended upgrade cannot move the engine
+M.simulate_files = no_pm      -- (paths) the package manager's dry run of installing staged files
+M.simulate_depends = no_pm    -- (relations text, deb-control syntax) its dry run of those dependencies
+M.package_identity = no_pm    -- (path) a command printing what identifies a staged package file
+M.simulate_requires = no_pm  -- ({ {name, text}, ... }) rpm: the host's answer to requirements read from .rpm headers
 M.unhold_packages = no_pm
 
 -- Parses query_packages output -> {name = version}; lines that are not "name<TAB>version"
@@ -120,15 +125,21 @@ function M.parse_package_query(_, out)
   return found
 end
 
+-- Seconds a package-manager transaction may go on after the run is cancelled (Ctrl-C)
+-- before it is ended: long enough for an engine's packages to unpack and configure.
+M.PM_FINISH = 600
+
 -- Staged files and pins through this OS's own package tool; children that have one override.
 function M:install_local(paths, names)
   if #paths == 0 then return nil, "no package files given" end
   local cmd, why = self:install_files(paths)
   if not cmd then return nil, why end
-  local out = { action.run { cmd = cmd, timeout = 1800, say = "install " .. #paths .. " staged package file(s)" } }
+  -- a package manager killed half-way leaves its database broken: a cancelled run lets it finish
+  local out = { action.run { cmd = cmd, timeout = 1800, finish = M.PM_FINISH,
+                             say = "install " .. #paths .. " staged package file(s)" } }
   if names and #names > 0 then
     local hold = self:hold_packages(names)
-    if hold then out[#out + 1] = action.run { cmd = hold, say = "pin " .. table.concat(names, ", ") } end
+    if hold then out[#out + 1] = action.run { cmd = hold, finish = 60, say = "pin " .. table.concat(names, ", ") } end
   end
   return out
 end

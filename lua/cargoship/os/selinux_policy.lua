@@ -3,6 +3,7 @@
 -- probes(want) -> {key = command}, one round trip; decide(want, res) -> records | {}, why
 -- (skipped: not Enforcing or no semodule) | nil, why (the host fails); record(old, want,
 -- current) -> the state record's text; restore_root(regex) -> the directory to relabel.
+-- REMOVAL_PROBES, removal(res) -> records undoing the state record (reset, engines.md §5.3).
 -- want = cargoship.package.os_config's selinux section. The order of the records is the phase's
 -- documented order (state record, modules, booleans, contexts).
 local cjson = require "cjson"
@@ -156,6 +157,55 @@ function M.decide(want, res)
       end
     end
   end
+  return out
+end
+
+-- ---- reset: the inverse of decide, from the state record alone (reset has no package) ----
+
+-- Read in one round trip: the state record and whether the directory exists at all.
+M.REMOVAL_PROBES = { state = cat(M.STATE), dir = shell.fmt("test -d %s", M.DIR) }
+
+-- Every step only warns (engines.md §5.3: reset can be re-run): a command that fails says so
+-- on stderr and the record goes on. Contexts first (they name types the modules define),
+-- then booleans back to their recorded value, the modules at their priority, then the files.
+local function warn_only(cmd, what)
+  return "{ " .. cmd .. "; } || echo " .. shell.quote("warning: " .. what .. " failed") .. " >&2"
+end
+
+-- res: REMOVAL_PROBES' answers -> records ({} when cargoship left no SELinux state)
+function M.removal(res)
+  local out = {}
+  if not (res.dir and res.dir.code == 0) then return out end
+  local ok, st = false, nil
+  if res.state and res.state.code == 0 then ok, st = pcall(cjson.decode, res.state.out) end
+  st = ok and type(st) == "table" and st or {}
+  for _, c in ipairs(type(st.file_contexts) == "table" and st.file_contexts or {}) do
+    local ft = M.FILE_TYPES[c.file_type] or M.FILE_TYPES.all
+    if type(c.path) == "string" then
+      local cmd = shell.fmt("semanage fcontext -d -f %s %s", ft[1], c.path)
+      local root = M.restore_root(c.path)
+      if root then cmd = cmd .. shell.fmt("; if [ -e %s ]; then restorecon -R -F %s; fi", root, root) end
+      out[#out + 1] = action.run { cmd = warn_only(cmd, "removing the label of " .. c.path),
+                                   say = "remove the SELinux label of " .. c.path }
+    end
+  end
+  for _, k in ipairs(sorted_keys(type(st.booleans) == "table" and st.booleans or {})) do
+    local v = st.booleans[k]
+    if type(v) == "boolean" and k:match("^[%w_]+$") then
+      local word = v and "on" or "off"
+      out[#out + 1] = action.run { cmd = warn_only(shell.fmt("setsebool -P %s %s", k, word), "setsebool " .. k),
+                                   say = string.format("restore SELinux boolean %s to %s", k, word) }
+    end
+  end
+  for _, m in ipairs(type(st.modules) == "table" and st.modules or {}) do
+    if type(m.name) == "string" and math.tointeger(m.priority) then
+      out[#out + 1] = action.run {
+        cmd = warn_only(shell.fmt("semodule -X %s -r %s", tostring(math.tointeger(m.priority)), m.name),
+          "removing module " .. m.name),
+        say = string.format("remove SELinux module %s (priority %d)", m.name, math.tointeger(m.priority)) }
+    end
+  end
+  out[#out + 1] = action.remove { path = M.DIR, recursive = true }
   return out
 end
 

@@ -2,13 +2,22 @@
 --
 -- A manager is a table of builders: manager.command(verb, name) -> shell command.
 -- Verbs: is_active (exit status 0 when running), start, stop, restart, enable, disable,
--- logs (the recent log, for error messages), reload (the manager rereads its unit files).
+-- logs (the recent log, for error messages), reload (the manager rereads its unit files),
+-- forget (after the service's files were removed: what the manager itself kept of it, so
+-- nothing is left: runit's supervise state in /etc/sv/<name> and the directory when empty,
+-- systemd's failed state), start_failed (exit status 0 and one line saying how, when the
+-- service's last start failed and the manager has it down or waiting to restart: systemd's
+-- failed or auto-restart states; nil where the manager keeps no such state: runit restarts a
+-- failing service at once, openrc says nothing).
+-- o.nowait (start, restart): the manager is asked and does not wait for the service to report
+-- ready: a systemd Type=notify start blocks until then, for ever when the service never is
+-- (an engine refused its join); who asks so watches start_failed and the service's log.
 local shell = require "cargoship.shell"
 
 local M = {}
 
 M.VERBS = { is_active = true, start = true, stop = true, restart = true, enable = true,
-            disable = true, logs = true, reload = true }
+            disable = true, logs = true, reload = true, forget = true, start_failed = true }
 
 local systemd = { name = "systemd" }
 local SYSTEMD = {
@@ -20,8 +29,33 @@ local SYSTEMD = {
   disable = "systemctl disable %s",
   logs = "journalctl --no-pager -n 50 -u %s",
 }
-function systemd.command(verb, name)
+-- Without waiting: a failed state left by an earlier start is reset first (start_failed then
+-- speaks of this start only, and a start limit hit before no longer refuses it), and a unit
+-- waiting out RestartSec after a failure is restarted now (a start would wait for the holdoff).
+local function systemd_nowait(verb, name)
+  if verb == "restart" then
+    return shell.fmt("systemctl reset-failed %s >/dev/null 2>&1; systemctl restart --no-block %s", name, name)
+  end
+  return shell.fmt("systemctl reset-failed %s >/dev/null 2>&1; if [ \"$(systemctl show -p SubState --value %s)\" "
+    .. "= auto-restart ]; then systemctl restart --no-block %s; else systemctl start --no-block %s; fi",
+    name, name, name, name)
+end
+-- Down after this start failed: failed, or waiting to restart without having been active since
+-- it left the inactive state (a unit that came up and crashed later is the Ready wait's to see).
+local SYSTEMD_START_FAILED = "systemctl show -p ActiveState -p SubState -p Result -p ExecMainStatus "
+  .. "-p ActiveEnterTimestampMonotonic -p InactiveExitTimestampMonotonic %s | { a= s= r= x= ae=0 ie=0; "
+  .. "while IFS== read -r k v; do case $k in ActiveState) a=$v;; SubState) s=$v;; Result) r=$v;; "
+  .. "ExecMainStatus) x=$v;; ActiveEnterTimestampMonotonic) ae=${v:-0};; InactiveExitTimestampMonotonic) "
+  .. "ie=${v:-0};; esac; done; if [ \"$a\" = failed ] || { [ \"$s\" = auto-restart ] && [ \"$ae\" -le \"$ie\" ]; }; "
+  .. "then echo \"systemd: \"%s\" is $a ($s) after its start failed (result $r, exit status $x)\"; exit 0; fi; "
+  .. "exit 1; }"
+function systemd.command(verb, name, o)
   if verb == "reload" then return "systemctl daemon-reload" end
+  if verb == "forget" then return shell.fmt("systemctl reset-failed %s >/dev/null 2>&1; true", name) end
+  if verb == "start_failed" then return shell.fmt(SYSTEMD_START_FAILED, name, name) end
+  if (verb == "start" or verb == "restart") and o and o.nowait then
+    return systemd_nowait(verb, name)
+  end
   return shell.fmt(SYSTEMD[verb], name)
 end
 
@@ -30,8 +64,10 @@ end
 local function runit(service_dir)
   local dir = service_dir or "/etc/service"
   local r = { name = "runit", service_dir = dir }
+  -- `sv up` never waits for the service to be ready: o.nowait changes nothing
   function r.command(verb, name)
     local path = dir .. "/" .. name
+    if verb == "start_failed" then return nil end
     if verb == "is_active" then
       -- `sv status` exits 0 for a stopped service too; only "run:" means running
       return shell.fmt("sv status %s 2>/dev/null | grep -q '^run:'", path)
@@ -53,6 +89,18 @@ local function runit(service_dir)
         .. "echo no log found for %s", "/etc/sv/" .. name .. "/log/run", "/var/log/" .. name .. "/current",
         "/var/log/runit/" .. name .. "/current", "/var/log/sv/" .. name .. "/current", name)
     elseif verb == "reload" then return "true" -- runsvdir rescans its directory every 5 s
+    elseif verb == "forget" then
+      -- runsv's state; then the directory itself where the package's files left it empty.
+      -- runsvdir stops the service's runsv (and the svlogd under it) only at its next scan
+      -- after the link went (every 5 s, later on a loaded host), so wait for runsv to leave
+      -- first, up to 30 s: `sv status` fails ("runsv not running") once it has. A reset that
+      -- ended with runsv still there would leave engine processes behind.
+      local d = "/etc/sv/" .. name
+      return shell.fmt("i=0; while sv status %s >/dev/null 2>&1 && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+        .. "if sv status %s >/dev/null 2>&1; then echo %s >&2; exit 1; fi; "
+        .. "rm -rf -- %s %s; rmdir %s %s 2>/dev/null; true", d, d,
+        "runsv of " .. d .. " still running 30 s after its link in " .. dir .. " was removed: is runsvdir scanning "
+        .. dir .. "?", d .. "/supervise", d .. "/log/supervise", d .. "/log", d)
     end
   end
   return r
@@ -69,7 +117,8 @@ local OPENRC = {
   logs = "tail -n 50 /var/log/messages",
 }
 function openrc.command(verb, name)
-  if verb == "reload" then return "true" end
+  if verb == "start_failed" then return nil end
+  if verb == "reload" or verb == "forget" then return "true" end
   if verb == "logs" then return OPENRC.logs end
   return shell.fmt(OPENRC[verb], name)
 end

@@ -319,7 +319,7 @@ function M.unpack(path, parent)
   local archive = require "cargoship.archive"
   local dir = sh_lines("mktemp -d " .. (parent and util.quote(parent .. "/cargoship-pkg.XXXXXX")
     or "\"${TMPDIR:-/tmp}/cargoship-pkg.XXXXXX\""))[1]
-  if not dir then return nil, "cannot make a temp directory" end
+  if not dir then return nil, "cannot make a temp directory under " .. (parent or os.getenv("TMPDIR") or "/tmp") end
   local ok, err = archive.extract(path, dir, M.LIMITS)
   if not ok then
     os.execute("rm -rf " .. util.quote(dir))

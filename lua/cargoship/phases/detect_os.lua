@@ -24,6 +24,11 @@ M.PROBES = {
   init = service.PROBE,
 }
 
+-- Sent ahead with the other phases' reads (facts/prefetch.lua): one round trip for several phases.
+function M.prefetch()
+  return M.PROBES, { sudo = false }
+end
+
 function M.prepare(ctx)
   return ctx.hosts
 end

@@ -1,12 +1,14 @@
 -- Phase "Gathering facts about the distro installed": engine version and state per host; install, upgrade or refuse.
 --
--- With a package, only its engine (ctx.engine, from distros.engine.for_package) is probed:
--- the package names the engine. Without one, every known engine is probed (one round trip)
--- to report what is there. Stores host.facts.engines = {<type> = {version, running}} (what
--- the probes found) and host.facts.engine = {type, version, running, service, action};
--- action is the engine's verdict ("install", "upgrade", "same", "downgrade", "minor_skip";
--- distros.engine.judge) against the package, nil without one. A refused verdict (downgrade
--- without ctx.options.allow_downgrade, a controller skipping a minor) fails that host.
+-- Every known engine is probed (one round trip: each engine's own binary answering --version
+-- and its service through the host's service manager), with a package or without: a host
+-- may run another engine than the package's, whatever cargoship's own records say. Stores
+-- host.facts.engines = {<type> = {version, running}} (what the probes found) and
+-- host.facts.engine = {type, version, running, service, action}; action is the engine's
+-- verdict ("install", "upgrade", "same", "downgrade", "minor_skip"; distros.engine.judge)
+-- against the package, nil without one. A refused verdict (another engine installed or
+-- running, a downgrade without ctx.options.allow_downgrade, a controller skipping a minor)
+-- fails that host here, before any phase writes.
 -- ctx.leader = first controller whose controller service runs, else first controller;
 -- ctx.engine_running = some controller's service runs; ctx.engine_type; ctx.engine (the
 -- configurer) stays the package's when the command set it, else the leader's engine.
@@ -21,15 +23,26 @@ local M = {
   creates = { "engine_version" },
 }
 
+-- Sent ahead (facts/prefetch.lua) once the OS configurer is known: the probes ask its service manager.
+function M.prefetch(ctx, host)
+  if not host.os then return nil end
+  return M.probes(host, M.types(ctx))
+end
+
 function M.prepare(ctx)
   return ctx.hosts
 end
 
--- The engine types a run probes: the package's alone, else all known ones.
+-- The engine types a run probes: all known ones, the package's first (another engine on the
+-- host is a refusal, so it must be seen even when the package names its own).
 function M.types(ctx)
   local eng = ctx and (ctx.engine or (ctx.distro and engine.for_package(ctx.distro)))
-  if eng then return { eng.name } end
-  return engine.TYPES
+  if not eng then return engine.TYPES end
+  local out = { eng.name }
+  for _, t in ipairs(engine.TYPES) do
+    if t ~= eng.name then out[#out + 1] = t end
+  end
+  return out
 end
 
 function M.probes(host, types)
@@ -74,6 +87,8 @@ function M.judge(host, found, distro, options, eng)
     return { running = false }, warnings
   end
   local e = eng or assert(engine.for_package(distro))
+  local other = engine.foreign(found, distro, host.role)
+  if other then return nil, other end
   local f = found[distro.type] or {}
   local fact = { type = distro.type, version = f.version, running = f.running or false,
                  service = e:service(host.role) }

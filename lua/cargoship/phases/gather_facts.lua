@@ -10,8 +10,12 @@
 --   host.config = the entry with its profile merged (config.merge_profile); the entry as
 --   written stays in host.config_declared. Replacing host.config means no later phase can
 --   forget the merge; keeping the declared one makes a second run merge from the original.
+--   host.facts.predict: with a distro package, what the dry run foretells a later phase
+--   would fail on (cargoship.facts.predict, built by phases.lib.predict), in the same batch.
 -- Reads as the login user: nothing here needs root.
 local config = require "cargoship.config"
+local forecast = require "cargoship.facts.predict"
+local predict = require "cargoship.phases.lib.predict"
 local firewall = require "cargoship.os.firewall"
 local network = require "cargoship.os.network"
 
@@ -35,6 +39,11 @@ M.PROBES = {
   -- both families in one process: a dry run sends this to every host
   routes = "ip -o route show table all",
 }
+
+-- Sent ahead with the other phases' reads (facts/prefetch.lua); the clock's window comes with it.
+function M.prefetch()
+  return M.PROBES, { sudo = false }
+end
 
 function M.prepare(ctx)
   return ctx.hosts
@@ -78,11 +87,21 @@ end
 function M.run(ctx, hosts)
   local clock = ctx.clock or os.time
   return ctx:each(hosts, function(host)
+    -- the profile is merged first: the uploads the forecast sizes include its files
+    host.config_declared = host.config_declared or host.config
+    host.config = config.merge_profile(ctx.cluster or {}, host.config_declared)
+    local want = predict.want(ctx, host)
     local t0 = clock()
     local res, err = host:probes(M.PROBES, { sudo = false })
     if not res then return nil, err end
     local t1 = clock()
-    host.config_declared = host.config_declared or host.config
+    if type(err) == "table" then t0, t1 = err[1], err[2] end  -- answered by the prefetch, then
+    -- the forecast's reads apart, so the clock's window is its own batch's
+    if want then
+      local more, why2 = host:probes(forecast.probes(want), { sudo = false })
+      if not more then return nil, why2 end
+      for k, v in pairs(more) do res[k] = v end
+    end
     local f, why = M.decide(res, host.config_declared)
     if not f then return nil, host.name .. ": " .. why end
     if f.remote_clock then
@@ -92,8 +111,8 @@ function M.run(ctx, hosts)
     local fw = f.firewall
     if host.os then fw.backend, fw.backend_why = host.os:firewall_backend(fw)
     else fw.backend, fw.backend_why = firewall.choose(nil, fw) end
+    if want then f.predict = forecast.parse(res, want) end
     for k, v in pairs(f) do host.facts[k] = v end
-    host.config = config.merge_profile(ctx.cluster or {}, host.config_declared)
     host.log:verbose("hostname %s, node name %s, private address %s on %s", f.hostname, f.node_name,
       f.private_address, f.private_interface)
     for _, r in ipairs(f.private_reasons) do host.log:verbose("%s", r) end

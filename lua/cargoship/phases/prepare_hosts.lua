@@ -9,12 +9,14 @@
 --                and loaded with `sysctl -p` of that file
 --   modules      spec.config.os.kernel: /etc/modules-load.d/<m>.conf (boot) and modprobe now;
 --                the load names every module that failed (the Go tool only persists and reboots)
+--   record       first, what it changes in either, for reset (cargoship.os.prepare_record)
 -- assess reads all of it in one round trip and returns only what differs: the file's bytes,
 -- and the live values (a sysctl the kernel holds differently is loaded again, a module the
 -- kernel lacks is loaded), so a converged host has nothing to do.
 local action = require "cargoship.action"
 local linux = require "cargoship.os.linux"
 local os_config = require "cargoship.package.os_config"
+local record = require "cargoship.os.prepare_record"
 local shell = require "cargoship.shell"
 
 local M = {
@@ -49,7 +51,7 @@ end
 -- The probes of one host: files as they are, live sysctl values, modules the kernel has.
 function M.probes(paths, want)
   local p = {}
-  if next(want.env) then p.environment = cat(paths.environment) end
+  if next(want.env) then p.environment, p.env_record = cat(paths.environment), cat(record.ENV) end
   if next(want.sysctl) then
     p.sysctl_dir = shell.fmt("test -d %s", paths.sysctl_dir)
     p.sysctl_file = cat(paths.sysctl_dir .. "/99-cargoship.conf")
@@ -57,7 +59,9 @@ function M.probes(paths, want)
     p.sysctl_live = "for k in " .. shell.words(table.unpack(sorted_keys(want.sysctl)))
       .. [[; do v=$(sysctl -n -- "$k" 2>/dev/null | tr '\t\n' '  ') && printf '%s\t%s\n' "$k" "$v"; done; true]]
   end
-  if #want.kernel > 0 then p.modules_dir = shell.fmt("test -d %s", paths.modules_load_dir) end
+  if #want.kernel > 0 then
+    p.modules_dir, p.modules_record = shell.fmt("test -d %s", paths.modules_load_dir), cat(record.MODULES)
+  end
   for i, m in ipairs(want.kernel) do
     p["module_file_" .. i] = cat(paths.modules_load_dir .. "/" .. m .. ".conf")
     p["module_loaded_" .. i] = shell.fmt("m=%s; [ -d /sys/module/$m ] || grep -q \"/$m.ko\" "
@@ -78,6 +82,8 @@ local function mkdir(out, probe, dir, needed)
   end
 end
 
+local function add(out, list) for _, a in ipairs(list) do out[#out + 1] = a end end
+
 -- Probe answers -> records | nil, why. Pure: the fixture specs feed it answers.
 function M.decide(cfg, want, res)
   local out = {}
@@ -92,9 +98,12 @@ function M.decide(cfg, want, res)
     if err then return nil, err end
     local acts, why = cfg:environment_actions(current, want.env)
     if not acts then return nil, why end
-    for _, a in ipairs(acts) do out[#out + 1] = a end
-    if #acts > 0 then
-      out[#out + 1] = action.step { name = "reconnect", say = "reconnect, so the next phases see the new environment" }
+    if #acts > 0 then  -- one write: the record of what it changes first
+      local old, rerr = file("env_record")
+      if rerr then return nil, rerr end
+      add(out, record.env_actions(old, current, acts[1].content))
+      add(out, { acts[1], action.step { name = "reconnect",
+        say = "reconnect, so the next phases see the new environment" } })
     end
   end
   if next(want.sysctl) then
@@ -119,8 +128,11 @@ function M.decide(cfg, want, res)
     end
     local acts, why = cfg:modules_actions(want.kernel, have, loaded)
     if not acts then return nil, why end
+    local old, rerr = file("modules_record")
+    if rerr then return nil, rerr end
+    add(out, record.modules_actions(old, want.kernel, have, res.modules_dir ~= nil and res.modules_dir.code ~= 0))
     mkdir(out, res.modules_dir, cfg.paths.modules_load_dir, acts[1] and acts[1].kind == "write")
-    for _, a in ipairs(acts) do out[#out + 1] = a end
+    add(out, acts)
   end
   return out
 end

@@ -15,6 +15,12 @@ local M = {
   creates = { "hosts_file" },
 }
 
+-- The file's read, sent ahead with phase 5's batch (facts/prefetch.lua) once the OS is known.
+function M.prefetch(ctx, host)
+  if not (ctx.options and ctx.options.update_hosts) or not host.os then return nil end
+  return { hosts_file = host:read_file_command(host.os.paths.hosts) }
+end
+
 function M.prepare(ctx)
   if not (ctx.options and ctx.options.update_hosts) then return {} end
   return ctx.hosts

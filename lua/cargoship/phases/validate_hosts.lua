@@ -13,7 +13,12 @@
 --             forward rules name interfaces; host.policy is firewalld-only. A host with no
 --             usable front end is only warned about (the firewall phase leaves it alone);
 --   clock     each host within max_clock_skew (default 30 s) of the median host clock.
+-- And what a later phase would fail on (issue 23), from host.facts.predict (gathered with the
+-- facts) and one probe of the join address per host whose engine this run starts, batched
+-- with the sudo check: a dry run reports each as foretold (ctx:predict: "would fail", exit
+-- 3, and a real run refuses the plan); a real run's own pass fails the host on it.
 local firewall = require "cargoship.os.firewall"
+local predict = require "cargoship.phases.lib.predict"
 local network = require "cargoship.os.network"
 
 local M = {
@@ -128,22 +133,18 @@ function M.problems(ctx, hosts)
 end
 
 function M.run(ctx, hosts)
-  local sudo = {}
-  -- sudo is the one check that needs the host: the first sudo command decides it for the
-  -- connection (Connection:sudo_prefix), so a root login costs no round trip at all
-  ctx:each(hosts, function(h)
-    local c = h.config.connection or {}
-    if (c.user or "root") ~= "root" then
-      local out, err = h:probe("true")
-      if not out then sudo[h] = err end
-    end
-    return true
-  end)
+  -- sudo and the join address in one round trip per host (none for a root login with nothing to join)
+  local sudo, joins, targets = predict.probe_hosts(ctx, hosts)
   local problems = {}
   for _, h in ipairs(hosts) do
     if sudo[h] then add(problems, h, sudo[h]) end
   end
   for _, p in ipairs(M.problems(ctx, hosts)) do problems[#problems + 1] = p end
+  for _, h in ipairs(hosts) do
+    for _, why in ipairs(predict.foretold(h, joins[h], targets[h])) do
+      if ctx.dry_run then ctx:predict(h, why) else add(problems, h, why) end
+    end
+  end
   ctx.validation = problems
   if #problems > 0 then
     -- one failure per problem, on its host: the runner logs them and lists them under the hosts

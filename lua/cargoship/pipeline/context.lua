@@ -227,6 +227,18 @@ function Context:leave(host, why)
   if host.log then host.log:info("left alone: %s", tostring(why)) end
 end
 
+-- ctx:predict(host, why): a failure a later phase would meet on host, found while it is
+-- still cheap (a missing package dependency, a full disk, an unresolvable join address).
+-- Not this phase's failure: the report lists it under the host ("would fail: ..."), the dry
+-- run goes on (exit 3), and a real run refuses its plan (cargoship.cli.pipeline).
+function Context:predict(host, why)
+  self._predicted = self._predicted or {}
+  local list = self._predicted[host] or {}
+  self._predicted[host] = list
+  list[#list + 1] = tostring(why)
+  if host.log then host.log:warn("would fail: %s", tostring(why)) end
+end
+
 -- ctx:planned(host) -> the action records the running phase assessed on host ({} for none).
 -- A phase's run executes them, in the order it chooses, with ctx:apply.
 function Context:planned(host)

@@ -4,18 +4,23 @@
 --   pipeline = "apply", dry_run = bool, cluster = name, run_id = string,
 --   hosts = {names in config order},
 --   outcome = "ok" | "pending" | "failed" | "interrupted"      (a run)
---           | "not_confirmed" | "declined"                     (a real run stopped before it began)
+--           | "not_confirmed" | "declined" | "refused"         (a real run stopped before it began;
+--                                                                refused: its plan foretold a failure)
 --   ok = bool (no phase failed, not interrupted), pending = bool (dry run: work is pending),
+--   predicted = number of hosts with a foretold failure (0 when none),
 --   interrupted = bool, error = nil | string, elapsed = seconds,
 --   not_in_build = nil | {first = 14, last = 29, text = "phases 14-29 (...) are not in this build"},
 --   skipped = nil | { {number, id, title} }: the phases the operator left out (--skip-phases),
 --   phases = { {index, number, id, title, dry_run_policy = "read_only"|"own"|"reported",
 --       verdict = "ran"|"own"|"would_act"|"nothing_to_do"|"unassessed"|"failed"|"skipped"|"interrupted",
 --       elapsed, probes, writes (every executed record but a step or note, kube ones included:
---       host.writes_sent), error = nil | string, summary = nil | string (the phase's own),
+--       host.writes_sent), round_trips (commands and files the transport sent: host:round_trips,
+--       prefetch batches, sudo checks and lock beats included), error = nil | string, summary = nil | string,
 --       hosts = { {host = name, actions = {action}, reason = nil | string,
 --                  left_alone = nil | string (why the phase leaves the host alone: ctx:leave),
---                  error = nil | string, probes, writes,
+--                  error = nil | string, probes, writes, round_trips,
+--                  predicted = nil | {sentence, ...}: failures a later phase would meet there
+--                  (ctx:predict; a real run refuses a plan that has any),
 --                  not_reached = nil | "failed in phase 3 (...)": a dry run took this host out
 --                  of the phases after its failure} }   -- config order
 --   } },
@@ -54,6 +59,7 @@ local function has_actions(h) return #h.actions > 0 end
 local function has_reason(h) return h.reason ~= nil end
 local function has_error(h) return h.error ~= nil end
 local function is_out(h) return h.not_reached ~= nil end
+local function has_predicted(h) return h.predicted ~= nil and #h.predicted > 0 end
 
 -- "5m", "1m30s", "45s", "0.5s": how --timeout reads back.
 function M.duration(seconds)
@@ -134,10 +140,12 @@ end
 function M.finalize(report, info)
   info = info or {}
   local failed, interrupted, pending
+  local predicted = {}
   for _, p in ipairs(report.phases) do
     p.by_host, p.unassessed, p.failed = nil, nil, nil
     for _, h in ipairs(p.hosts) do
       h._pos, h._host = nil, nil
+      if has_predicted(h) then predicted[h.host], pending = true, true end
       if h.reason and not p.around then pending = true end
       M.public_actions(h)
     end
@@ -154,6 +162,8 @@ function M.finalize(report, info)
   report.ok = report.outcome == "ok" or report.outcome == "pending"
   report.pending = report.outcome == "pending"
   report.interrupted = report.outcome == "interrupted"
+  report.predicted = 0
+  for _ in pairs(predicted) do report.predicted = report.predicted + 1 end
   if info.timed_out then report.error = info.timed_out
   elseif failed then
     report.error = string.format("phase %d (%s) failed", failed.number, failed.title)
@@ -279,7 +289,8 @@ local function host_lines(out, p)
   end
   local width = 0
   for _, h in ipairs(p.hosts) do
-    if (has_actions(h) or h.reason or h.error or h.left_alone or h.not_reached) and not in_group[h.host] then
+    if (has_actions(h) or h.reason or h.error or h.left_alone or h.not_reached or has_predicted(h))
+      and not in_group[h.host] then
       width = math.max(width, #h.host)
     end
   end
@@ -303,6 +314,10 @@ local function host_lines(out, p)
       end
       if h.error then
         out[#out + 1] = "       " .. name .. "  error: " .. h.error
+        said = true
+      end
+      for _, why in ipairs(h.predicted or {}) do
+        out[#out + 1] = "       " .. name .. "  would fail: " .. why
         said = true
       end
       if h.not_reached then
@@ -399,6 +414,10 @@ function M.text(report, opts)
       c.title, c.ok and "done" or ("FAILED: " .. tostring(c.error)))
   end
   out[#out + 1] = footer(report, heading)
+  if (report.predicted or 0) > 0 then
+    out[#out + 1] = string.format("Foretold: %s would fail later (\"would fail\" above); a real run refuses this plan.",
+      plural(report.predicted, "host"))
+  end
   if gap then
     out[#out + 1] = string.format("Note: %s; this report covers only the phases above.", gap.text)
   end
@@ -443,14 +462,14 @@ local function json_phase(p)
   local hosts = json.array({})
   for i, h in ipairs(p.hosts) do
     hosts[i] = { host = h.host, actions = json_actions(h.actions), reason = or_null(h.reason),
-      left_alone = or_null(h.left_alone),
+      left_alone = or_null(h.left_alone), predicted = json.array(h.predicted or {}),
       error = or_null(h.error), not_reached = or_null(h.not_reached), probes = h.probes or 0,
-      writes = h.writes or 0 }
+      writes = h.writes or 0, round_trips = h.round_trips or 0 }
   end
   return { index = p.index, number = p.number, id = p.id, title = p.title,
     dry_run_policy = p.dry_run_policy, verdict = p.verdict, elapsed = seconds(p.elapsed),
-    probes = p.probes or 0, writes = p.writes or 0, error = or_null(p.error), summary = or_null(p.summary),
-    hosts = hosts }
+    probes = p.probes or 0, writes = p.writes or 0, round_trips = p.round_trips or 0,
+    error = or_null(p.error), summary = or_null(p.summary), hosts = hosts }
 end
 
 local function json_doc(report)
@@ -466,7 +485,7 @@ local function json_doc(report)
   return {
     schema = M.SCHEMA, pipeline = or_null(report.pipeline), dry_run = report.dry_run,
     cluster = or_null(report.cluster), run_id = or_null(report.run_id), hosts = strings(report.hosts),
-    outcome = report.outcome, ok = report.ok, pending = report.pending,
+    outcome = report.outcome, ok = report.ok, pending = report.pending, predicted = report.predicted or 0,
     interrupted = report.interrupted and true or false, error = or_null(report.error),
     elapsed = seconds(report.elapsed),
     not_in_build = gap and { first = gap.first, last = gap.last, text = gap.text } or json.null,

@@ -26,6 +26,7 @@
 local action = require "cargoship.action"
 local loop = require "cargoship.loop"
 local contract = require "cargoship.pipeline.contract"
+local prefetch = require "cargoship.facts.prefetch"
 local load = require "cargoship.pipeline.load"
 local policy = require "cargoship.pipeline.policy"
 local report_mod = require "cargoship.pipeline.report"
@@ -290,21 +291,23 @@ end
 local function counters(hosts)
   local snap = {}
   for _, h in ipairs(hosts) do
-    snap[h] = { probes = h.probes_sent or 0, writes = h.writes_sent or 0, refused = #(h.refused or {}) }
+    snap[h] = { probes = h.probes_sent or 0, writes = h.writes_sent or 0, refused = #(h.refused or {}),
+      round_trips = h.round_trips and h:round_trips() or 0 }
   end
   return snap
 end
 
 -- Round trips per host, and the writes a dry run refused even if the phase swallowed the error.
 function Run:account(entry, before)
-  local probes, writes = 0, 0
+  local probes, writes, trips = 0, 0, 0
   for _, h in ipairs(self.ctx.hosts) do
     local b = before[h]
     local dp, dw = (h.probes_sent or 0) - b.probes, (h.writes_sent or 0) - b.writes
-    probes, writes = probes + dp, writes + dw
+    local dr = (h.round_trips and h:round_trips() or 0) - b.round_trips
+    probes, writes, trips = probes + dp, writes + dw, trips + dr
     local e = entry.by_host[h]
-    if not e and (dp > 0 or dw > 0) then e = self:entry_for(entry, h) end
-    if e then e.probes, e.writes = dp, dw end
+    if not e and (dp > 0 or dw > 0 or dr > 0) then e = self:entry_for(entry, h) end
+    if e then e.probes, e.writes, e.round_trips = dp, dw, dr end
     if self.ctx.dry_run then
       for i = b.refused + 1, #(h.refused or {}) do
         local msg = "dry run: refused to " .. h.refused[i]
@@ -313,7 +316,11 @@ function Run:account(entry, before)
       end
     end
   end
-  entry.probes, entry.writes = probes, writes
+  entry.probes, entry.writes, entry.round_trips = probes, writes, trips
+  if self.ctx.log and trips > 0 then
+    self.ctx.log:debug("phase %s %s: %d round trip(s) to %d host(s)", tostring(entry.number), entry.id, trips,
+      #self.ctx.hosts)
+  end
 end
 
 -- In a dry run, hosts that failed in an earlier phase are out of this one: each gets an
@@ -369,6 +376,8 @@ function Run:phase(i, phase)
     if ctx.dry_run then
       hosts = self:split_unassessed(phase, entry, hosts)
     end
+    -- the reads of this phase and those ahead, in one round trip per host (facts/prefetch.lua)
+    prefetch.before_phase(ctx, self.phases, i, hosts)
     local mode = policy.mode(ctx.dry_run, phase)
     if mode == "run" then self:run_phase(phase, entry, hosts)
     elseif mode == "own" then self:own_dry_run(phase, entry, hosts)
@@ -396,6 +405,8 @@ function Run:phase(i, phase)
     if not self.out[f.host] then self:host_failure(entry, f.host, f.err) end
   end
   ctx._failures, ctx._planned, ctx._outcomes, ctx._steps = nil, nil, nil, nil
+  for h, list in pairs(ctx._predicted or {}) do self:entry_for(entry, h).predicted = list end
+  ctx._predicted = nil
   self:account(entry, before)
   entry.elapsed = loop.now() - t0
   if cancelled then
@@ -435,7 +446,8 @@ function Run:cleanup()
         rec.ok, rec.error = false, message_of(err)
         if ctx.log then ctx.log:error("cleanup of %s failed: %s", s.entry.title, rec.error) end
       end
-      self.report.cleanup[#self.report.cleanup + 1] = rec
+      -- a cleanup that found nothing to do (it says "skipped") is no line of the report
+      if not (ok and err == "skipped") then self.report.cleanup[#self.report.cleanup + 1] = rec end
     end
   end
 end

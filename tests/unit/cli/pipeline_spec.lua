@@ -81,7 +81,7 @@ describe("the shared command path, walking a second pipeline", function()
       taken[#taken + 1] = host.name .. " " .. tostring(info.command)
       if info.conflict_on == host.name then return nil, host.name .. ": locked by someone", "locked" end
       return { path = "/run/cargoship/lock", release = function() seen[#seen + 1] = "release " .. host.name
-        return true end }
+        return true end, firm = function() return true end }
     end
   end)
   after_each(function()

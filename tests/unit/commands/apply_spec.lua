@@ -46,12 +46,12 @@ describe("apply", function()
   it("turns its flags into the apply_options the runner will take", function()
     local a = parsed({ "c.yaml", "--dry-run", "--confirm", "--concurrency", "5", "--output=json",
       "--timeout", "1m30s", "-FHf", "--allow-unmanaged-nodes", "--values", "a.yaml", "--values=b.yaml",
-      "--upload-transport", "openssh" })
+      "--upload-transport", "openssh", "--max-startups", "3" })
     assert.are.same({
       cluster_file = "c.yaml", dry_run = true, confirm = true, concurrency = 5, output = "json",
       timeout = 90, update_firewall = true, update_hosts = true, fapolicyd = true, allow_unmanaged_nodes = true,
       values = { "a.yaml", "b.yaml" }, log_file = "/tmp/run.log",
-      known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
+      known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30, max_startups = 3,
       max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8, upload_transport = "openssh",
       update_kubeconfig = false, label_nodes = false, ready_timeout = 300,
       no_drain = false, drain_grace_period = 120, drain_timeout = 300,
@@ -62,7 +62,7 @@ describe("apply", function()
     assert.are.same({
       cluster_file = "c.yaml", dry_run = false, confirm = false, concurrency = 30, output = "text",
       update_firewall = false, update_hosts = false, fapolicyd = false, allow_unmanaged_nodes = false, values = {},
-      known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30,
+      known_hosts = "/home/op/.ssh/known_hosts", host_key_policy = "strict", ssh_timeout = 30, max_startups = 10,
       max_clock_skew = 30, allow_downgrade = false, concurrent_uploads = 8, upload_transport = "libssh2",
       update_kubeconfig = false, label_nodes = false, ready_timeout = 300,
       no_drain = false, drain_grace_period = 120, drain_timeout = 300,

@@ -67,6 +67,31 @@ describe("apply's operands", function()
   end)
 end)
 
+describe("apply --tmpdir", function()
+  it("is where the package archive is unpacked on this machine, and nothing of it stays there", function()
+    local dir = support.temp_dir()
+    local pkg = assert(require("cargoship.package.build").create(
+      (os.getenv("CARGOSHIP_SOURCE_DIR") or ".") .. "/tests/fixtures/packages/k3s", { out = dir }))
+    local cluster = dir .. "/c.yaml"
+    write(cluster, "apiVersion: zarf.dev/v1alpha1\nkind: ZarfCluster\nmetadata: {name: c}\nspec:\n"
+      .. "  config: {loadbalancer: lb.example}\n"
+      .. "  hosts:\n    - {role: controller, ssh: {address: 127.0.0.1, port: 1, user: root}}\n")
+    -- a directory that is not there: the unpack fails there, before any host is touched
+    local code, _, err = support.run({ "apply", "--dry-run", cluster, "--distro", pkg, "--tmpdir", dir .. "/nope" })
+    assert.equal(1, code, err)
+    assert.matches("cannot make a temp directory under " .. dir .. "/nope", err, 1, true)
+    -- one that is: the run goes on (to the unreachable host) and leaves the directory empty
+    assert(os.execute("mkdir " .. dir .. "/tmp"))
+    code, _, err = support.run({ "apply", "--dry-run", cluster, "--distro", pkg, "--tmpdir", dir .. "/tmp" })
+    assert.equal(1, code, err)
+    assert.not_matches("temp directory", err)
+    local p = assert(io.popen("ls -A " .. dir .. "/tmp"))
+    assert.equal("", p:read("a"))
+    p:close()
+    support.remove_tree(dir)
+  end)
+end)
+
 describe("global log options and version -o json", function()
   it("-L json writes one JSON object per log line; -l picks the level", function()
     local dir = support.temp_dir()
@@ -113,7 +138,7 @@ describe("inventory from-ansible", function()
   -- What Ansible itself makes of the inventory: host -> {address, user, port, key}.
   local function ansible_hosts(path)
     local p = assert(io.popen("ANSIBLE_INVENTORY_UNPARSED_WARNING=0 ansible-inventory -i '" .. path
-      .. "' --list 2>/dev/null"))
+      .. "' --list </dev/null 2>/dev/null"))   -- stdin its own: see secrets/real_tools_spec
     local doc = cjson.decode(p:read("a"))
     p:close()
     local out = {}

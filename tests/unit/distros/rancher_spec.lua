@@ -205,9 +205,11 @@ describe("rancher install, stop, upgrade, reset", function()
   it("reset stops, removes the packages and the data and config dirs", function()
     local deb = os_registry.by_name("debian"):new {}
     local acts = rke2:reset(CP1, deb, { "rke2-server" })
-    assert.equal("env DEBIAN_FRONTEND=noninteractive apt-get -q -y remove 'rke2-server'", acts[4].cmd)
-    assert.same({ "/var/lib/rancher/rke2", true }, { acts[5].path, acts[5].recursive })
-    assert.same({ "/etc/rancher/rke2", true }, { acts[6].path, acts[6].recursive })
+    -- unpinned first (apt refuses to remove a held package), then purged with its conffiles
+    assert.equal("{ apt-mark unhold 'rke2-server'; } >/dev/null 2>&1 || true", acts[4].cmd)
+    assert.equal("env DEBIAN_FRONTEND=noninteractive apt-get -q -y purge 'rke2-server'", acts[5].cmd)
+    assert.same({ "/var/lib/rancher/rke2", true }, { acts[6].path, acts[6].recursive })
+    assert.same({ "/etc/rancher/rke2", true }, { acts[7].path, acts[7].recursive })
   end)
 
   it("image tarballs go to the agent's images dir, which imports them itself", function()

@@ -150,14 +150,19 @@ describe("upstream start, images, upgrade, reset", function()
     assert.equal("kubeadm upgrade node", node[2].cmd)
   end)
 
-  it("reset: kubeadm reset, best-effort network cleanup, packages, then the kubeadm dirs", function()
+  it("reset: kubeadm reset, best-effort network cleanup, containerd stopped, packages, then the dirs and "
+    .. "containerd's files", function()
     local acts = upstream:reset(W1, os_registry.by_name("rocky"):new {}, { "kubeadm", "kubelet" })
     assert.equal("kubeadm reset -f", acts[1].cmd)
     assert.matches("ip link delete cni0", acts[2].cmd, 1, true)
-    assert.equal("dnf remove -y 'kubeadm' 'kubelet'", acts[3].cmd)
+    assert.same({ "service", "stop", "containerd" }, { acts[3].kind, acts[3].verb, acts[3].service })
+    assert.equal("{ dnf versionlock delete 'kubeadm' 'kubelet'; } >/dev/null 2>&1 || true", acts[4].cmd)
+    assert.equal("dnf remove -y 'kubeadm' 'kubelet'", acts[5].cmd)
     local removed = {}
-    for i = 4, #acts do removed[#removed + 1] = acts[i].path end
-    assert.same({ "/var/lib/kubelet", "/etc/kubernetes", "/var/lib/kubernetes" }, removed)
+    for i = 6, #acts - 1 do removed[#removed + 1] = acts[i].path end
+    assert.same({ "/var/lib/kubelet", "/etc/kubernetes", "/var/lib/kubernetes", "/etc/containerd/certs.d",
+      "/etc/cni/net.d", "/etc/containerd/config.toml", "/etc/crictl.yaml" }, removed)
+    assert.matches("^rmdir /etc/cni ", acts[#acts].cmd)
   end)
 end)
 

@@ -47,3 +47,71 @@ describe("runit logs", function()
     assert.are.equal("no log found for k3s-server\n", run_under(root, logs))
   end)
 end)
+
+-- systemd's commands run by a real sh whose `systemctl` is a function answering `show` from
+-- props (name -> value, printed in systemd's own order, not the order asked) and recording
+-- every other call in calls.
+local function with_systemctl(cmd, props)
+  local show = {}
+  for _, k in ipairs { "Result", "ExecMainStatus", "ActiveState", "SubState", "InactiveExitTimestampMonotonic",
+                       "ActiveEnterTimestampMonotonic" } do
+    if props[k] then show[#show + 1] = k .. "=" .. props[k] end
+  end
+  local calls = os.tmpname()
+  local fake = "systemctl() { if [ \"$1\" = show ]; then if [ \"$4\" = --value ]; then echo "
+    .. util.quote(props.SubState or "") .. "; else printf '%s\\n' " .. util.quote(table.concat(show, "\n"))
+    .. "; fi; else echo \"$*\" >> " .. util.quote(calls) .. "; fi; }\n"
+  local p = assert(io.popen("sh -c " .. util.quote(fake .. cmd) .. "; echo \"exit $?\""))
+  local out = p:read("a")
+  p:close()
+  local f = assert(io.open(calls))
+  local called = f:read("a")
+  f:close()
+  os.remove(calls)
+  return out, called
+end
+
+describe("systemd starts that do not wait", function()
+  local systemd = service.manager("systemd")
+
+  it("start: the failed state reset, then a start job that does not wait for the unit to be ready", function()
+    local cmd = systemd.command("start", "k3s-agent", { nowait = true })
+    local out, called = with_systemctl(cmd, { SubState = "dead" })
+    assert.are.equal("exit 0\n", out)
+    assert.are.equal("reset-failed k3s-agent\nstart --no-block k3s-agent\n", called)
+    assert.are.equal("systemctl start 'k3s-agent'", systemd.command("start", "k3s-agent"))
+  end)
+
+  it("start of a unit waiting out its restart delay restarts it now (a start job would wait for the delay)",
+    function()
+      local _, called = with_systemctl(systemd.command("start", "k3s-agent", { nowait = true }),
+        { SubState = "auto-restart" })
+      assert.are.equal("reset-failed k3s-agent\nrestart --no-block k3s-agent\n", called)
+      _, called = with_systemctl(systemd.command("restart", "k3s-agent", { nowait = true }), { SubState = "running" })
+      assert.are.equal("reset-failed k3s-agent\nrestart --no-block k3s-agent\n", called)
+    end)
+
+  it("start_failed: down after this start failed, or waiting to restart without having been up since", function()
+    local cmd = systemd.command("start_failed", "k3s-agent")
+    local function state(a, s, ae, ie)
+      return (with_systemctl(cmd, { ActiveState = a, SubState = s, Result = "exit-code", ExecMainStatus = "1",
+        ActiveEnterTimestampMonotonic = ae, InactiveExitTimestampMonotonic = ie }))
+    end
+    assert.are.equal("systemd: k3s-agent is activating (auto-restart) after its start failed (result exit-code, "
+      .. "exit status 1)\nexit 0\n", state("activating", "auto-restart", "0", "24641549160"))
+    assert.are.equal("systemd: k3s-agent is failed (failed) after its start failed (result exit-code, "
+      .. "exit status 1)\nexit 0\n", state("failed", "failed", "0", "5"))
+    -- starting, waiting for the engine's READY: not a failure (nor a refusal: the log says that)
+    assert.are.equal("exit 1\n", state("activating", "start", "0", "24641549160"))
+    assert.are.equal("exit 1\n", state("active", "running", "24641559160", "24641549160"))
+    -- it was up after this start and crashed later: the Ready wait's to see, not a failed start
+    assert.are.equal("exit 1\n", state("activating", "auto-restart", "24641559160", "24641549160"))
+  end)
+
+  it("runit and openrc keep no failed state to ask for, and their starts never wait", function()
+    assert.is_nil(service.manager("runit").command("start_failed", "k3s-agent"))
+    assert.is_nil(service.manager("openrc").command("start_failed", "k3s-agent"))
+    assert.are.equal(service.manager("runit").command("start", "k3s-agent"),
+      service.manager("runit").command("start", "k3s-agent", { nowait = true }))
+  end)
+end)

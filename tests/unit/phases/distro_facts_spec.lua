@@ -24,7 +24,7 @@ end
 local RKE2 = { type = "rke2", version = "1.35.4-rke2r1", architectures = { "amd64" } }
 
 describe("phase distro_facts", function()
-  it("probes version and service of the package's engine only, in one round trip per host", function()
+  it("probes version and service of every engine, the package's first, in one round trip per host", function()
     local h = host("cp1", "controller", { rke2 = "rke2-version.txt" }, { rke2 = true }, "runit")
     local ctx = support.ctx({ h }, { distro = RKE2 })
     assert.is_true(phase.run(ctx, phase.prepare(ctx)))
@@ -32,8 +32,9 @@ describe("phase distro_facts", function()
     assert.equal(0, h.writes_sent)
     local script = h.conn.commands[1].cmd
     assert.matches("sv status '/etc/service/rke2-server'", script, 1, true)
-    assert.is_nil(script:find("k3s", 1, true)) -- the package names the engine; others are not probed
-    assert.is_nil(script:find("kubelet", 1, true))
+    -- another engine on the host must be seen, whatever the package names
+    assert.matches("/usr/local/bin/k3s", script, 1, true)
+    assert.matches("kubelet", script, 1, true)
     assert.same({ type = "rke2", version = "v1.35.4+rke2r1", running = true, service = "rke2-server",
                   action = "same" }, h.facts.engine)
   end)
@@ -92,7 +93,21 @@ describe("phase distro_facts", function()
     assert.is_true(phase.run(ctx, ctx.hosts))
     assert.equal("same", cp1.facts.engine.action)
     assert.same({ k3s = { version = "v1.35.2+k3s1", running = true } }, cp1.facts.engines)
-    assert.is_nil(cp1.conn.commands[1].cmd:find("rke2", 1, true))
+  end)
+
+  it("refuses a package of another engine than the one a host runs, naming host and both engines", function()
+    local cp1 = host("cp1", "controller", { k3s = "k3s-version.txt" }, { k3s = true })
+    local w1 = host("w1", "worker", { k3s = "k3s-version.txt" }, {})
+    local w2 = host("w2", "worker")
+    local ctx = support.ctx({ cp1, w1, w2 }, { distro = RKE2 })
+    local ok, failures = phase.run(ctx, ctx.hosts)
+    assert.is_nil(ok)
+    assert.equal(2, #failures)
+    assert.equal("cp1: runs k3s v1.35.2+k3s1 (k3s-server running); the package is rke2 1.35.4-rke2r1: cargoship"
+      .. " does not install one engine over another (reset the host first)", failures[1].err)
+    assert.matches("^w1: runs k3s v1.35.2%+k3s1 %(installed, not running%); the package is rke2", failures[2].err)
+    assert.equal("install", w2.facts.engine.action) -- a clean host is judged as before
+    assert.equal(0, cp1.writes_sent + w1.writes_sent + w2.writes_sent)
   end)
 
   it("refuses an upstream upgrade that skips a minor version; warns for rke2", function()

@@ -15,7 +15,12 @@ local K3S = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {}
                              mode = "0755" } } }
 local K3S_NO_FILES = { type = "k3s", version = "1.35.2-k3s1", engine = {}, manifests = {} }
 
-local journal = {}   -- every command of every host, in order: "cp1: systemctl start 'k3s-server'"
+local journal = {}   -- every command of every host, in order: "cp1: systemctl enable 'k3s-server'"
+
+-- An engine's start on systemd, as the OS configurer spells it: it does not wait for the
+-- engine to report ready (the Ready wait watches the unit's state and log instead).
+local SYSTEMD = os_registry.by_name("debian"):new { service_manager = "systemd" }
+local function start_cmd(svc) return (SYSTEMD:service("start", svc, { nowait = true })) end
 
 -- rules: list of {pattern, out, code} or {pattern, fn = function(cmd) -> out, code}
 local function conn(name, rules)
@@ -29,7 +34,7 @@ local function host(name, role, rules, o)
   local h = host_mod.new { config = { index = 1, name = name, role = role, profile = o.profile,
                                       engine = { labels = {}, taints = {} } }, dry_run = false }
   h:attach(conn(name, rules or {}))
-  h.os = os_registry.by_name("debian"):new { service_manager = "systemd" }
+  h.os = os_registry.by_name("debian"):new { service_manager = o.manager or "systemd" }
   h.facts = { node_name = name, hostname = name, private_address = o.address or "10.253.11.1",
               engine = { running = o.running or false, action = o.action or "install", joined = o.joined } }
   return h
@@ -62,6 +67,7 @@ local function grep(pattern)
 end
 
 local STAGED = true
+local phase_worker = require "cargoship.phases.initialize_worker"
 
 before_each(function()
   journal = {}
@@ -75,7 +81,7 @@ describe("Initialize Controller", function()
   it("starts the leader first, then each other controller only once the one before is Ready", function()
     local ready = {}
     local leader_rules = {
-      { "systemctl start 'k3s-server'", fn = function() ready.cp1 = true; return "", 0 end },
+      { "start --no-block 'k3s-server'", fn = function() ready.cp1 = true; return "", 0 end },
       { "'get' 'nodes'", fn = function()
           local lines = {}
           for _, n in ipairs { "cp1", "cp2", "cp3" } do
@@ -86,30 +92,30 @@ describe("Initialize Controller", function()
         end },
     }
     local cp1 = host("cp1", "controller", leader_rules, { staged = STAGED })
-    local cp2 = host("cp2", "controller", { { "systemctl start 'k3s-server'",
+    local cp2 = host("cp2", "controller", { { "start --no-block 'k3s-server'",
       fn = function() ready.cp2 = true; return "", 0 end } }, { staged = STAGED })
-    local cp3 = host("cp3", "controller", { { "systemctl start 'k3s-server'",
+    local cp3 = host("cp3", "controller", { { "start --no-block 'k3s-server'",
       fn = function() ready.cp3 = true; return "", 0 end } }, { staged = STAGED })
     local ctx = context({ cp2, cp1, cp3 })
     ctx.leader = cp1
     assert.is_true(run(function() return drive(phase, ctx) end))
-    local starts = grep("systemctl start 'k3s-server'")
-    assert.same({ "cp1: systemctl start 'k3s-server'", "cp2: systemctl start 'k3s-server'",
-                  "cp3: systemctl start 'k3s-server'" }, starts)
+    local starts = grep("start --no-block 'k3s-server'")
+    local start = start_cmd("k3s-server")
+    assert.same({ "cp1: " .. start, "cp2: " .. start, "cp3: " .. start }, starts)
     -- every Ready check ran on the leader, and cp3 started after cp2 was Ready
     for _, l in ipairs(grep("'get' 'nodes'")) do assert.matches("^cp1: ", l) end
     local pos = {}
     for i, l in ipairs(journal) do pos[l] = pos[l] or i end
     assert.is_truthy(ready.cp2_seen)
-    assert.is_true(ready.cp2_seen < pos["cp3: systemctl start 'k3s-server'"])
+    assert.is_true(ready.cp2_seen < pos["cp3: " .. start])
     -- the staged binary was moved into place before the start
     local moved = pos["cp1: mv -f -- '/usr/local/bin/k3s.cargoship-staged' '/usr/local/bin/k3s'"]
-    assert.is_true(moved < pos["cp1: systemctl start 'k3s-server'"])
+    assert.is_true(moved < pos["cp1: " .. start])
   end)
 
   it("a server that fails to start fails naming the host, the cause and the service's recent log", function()
     local cp1 = host("cp1", "controller", {
-      { "systemctl start 'k3s-server'", "Job for k3s-server.service failed", 1 },
+      { "start --no-block 'k3s-server'", "Job for k3s-server.service failed", 1 },
       { "journalctl", "level=fatal msg=\"starting kubernetes: preparing server: bad token\"", 0 },
     }, { staged = STAGED })
     local ctx = context({ cp1 })
@@ -179,7 +185,7 @@ describe("Initialize Controller", function()
     local ctx = context({ cp1 })
     ctx.leader = cp1
     assert.is_true(run(function() return drive(phase, ctx) end))
-    assert.same({ "cp1: systemctl restart 'k3s-server'" }, grep("systemctl restart"))
+    assert.same({ "cp1: " .. SYSTEMD:service("restart", "k3s-server", { nowait = true }) }, grep("systemctl restart"))
     assert.same({}, grep("systemctl start"))
     assert.is_false(common.settled(cp1))
   end)
@@ -220,13 +226,13 @@ describe("Initialize Worker", function()
     end
     assert.is_true(run(function() return drive(phase, ctx) end))
     assert.same({ "w1,w2", "w3", "w4,w5" }, batches)
-    assert.equal(5, #grep("systemctl start 'k3s-agent'"))
+    assert.equal(5, #grep("start --no-block 'k3s-agent'"))
   end)
 
   it("a worker whose controller is unreachable fails naming the host and the agent's log", function()
     local leader = host("cp1", "controller", { { "'get' 'node'", "NotFound", 1 } }, { running = true, action = "same" })
     local w1 = host("w1", "worker", {
-      { "systemctl start 'k3s-agent'", "", 0 },
+      { "start --no-block 'k3s-agent'", "", 0 },
       { "journalctl", "dial tcp 10.253.11.10:6443: connect: no route to host", 0 },
     }, { action = "same" })
     local saved = common.READY_TIMEOUT
@@ -240,6 +246,179 @@ describe("Initialize Worker", function()
     assert.matches("w1: ", msg, 1, true)
     assert.matches("node w1 is not Ready", msg, 1, true)
     assert.matches("connect: no route to host", msg, 1, true)
+  end)
+
+  it("a worker whose node password the cluster rejects fails at once with the engine's cause", function()
+    -- a host reinstalled under an existing node's name: its old node stays registered (Ready
+    -- for the grace period), and the agent retries the refused password for ever
+    local rejected = 'level=info msg="Waiting to retrieve agent configuration; server is not ready: Node password'
+      .. " rejected, duplicate hostname or contents of '/etc/rancher/node/password' may not match server"
+      .. ' node-passwd entry, try enabling a unique node name with the --with-node-id flag"\n'
+    local reads = 0
+    local leader = host("cp1", "controller", { { "'get' 'nodes'", "cp1 True 2026-12-01T10:00:09Z\n"
+      .. "w1 True 2026-12-01T10:00:00Z\n", 0 } }, { running = true, action = "same" })
+    local w1 = host("w1", "worker", {
+      { "start --no-block 'k3s-agent'", "", 0 },
+      { "journalctl", fn = function()
+        reads = reads + 1
+        return 'level=info msg="Starting k3s agent v1.35.2+k3s1"\n' .. string.rep(rejected, reads - 1), 0
+      end },
+    }, { staged = STAGED })
+    local saved, saved_iv = common.READY_TIMEOUT, common.REFUSAL_INTERVAL
+    common.READY_TIMEOUT, common.REFUSAL_INTERVAL = 30, 0
+    local ctx = context({ leader, w1 })
+    ctx.leader = leader
+    ctx.nodes = { { name = "w1", host = w1, ready = "True", heartbeat = "2026-12-01T10:00:00Z" } }
+    local t0 = ctx:now()
+    local ok, failures = run(function() return drive(phase, ctx) end)
+    common.READY_TIMEOUT, common.REFUSAL_INTERVAL = saved, saved_iv
+    assert.is_nil(ok)
+    assert.is_true(ctx:now() - t0 < 5, "waited the whole start timeout")
+    local msg = support.errors(failures)[1]
+    assert.matches("w1: node w1: its engine refused the start: Node password rejected, duplicate hostname", msg, 1,
+      true)
+    assert.matches("kubectl delete node w1,", msg, 1, true)
+  end)
+
+  it("an engine's refusal logged before this start is not this start's", function()
+    local old = "Node password rejected, duplicate hostname\n"
+    local leader = host("cp1", "controller", { { "'get' 'nodes'", fn = function()
+      return "cp1 True 2026-12-01T10:00:09Z\nw1 True 2026-12-01T10:00:09Z\n", 0 end } },
+      { running = true, action = "same" })
+    local w1 = host("w1", "worker", { { "start --no-block 'k3s-agent'", "", 0 }, { "journalctl", old, 0 } },
+      { staged = STAGED })
+    local saved_iv = common.REFUSAL_INTERVAL
+    common.REFUSAL_INTERVAL = 0
+    local ctx = context({ leader, w1 })
+    ctx.leader = leader
+    assert.is_true(run(function() return drive(phase, ctx) end))
+    common.REFUSAL_INTERVAL = saved_iv
+  end)
+end)
+
+-- A Type=notify unit as systemd runs it for an engine that never reports ready: a start that
+-- waits blocks (here `block` seconds, for ever on a host); one that does not returns at once.
+-- The unit's state is what `state()` says (systemctl show's lines), parsed by the real start_failed
+-- command in a real sh; `log()` is its journal.
+local function systemd_rules(svc, block, state, log)
+  return {
+    { "systemctl show -p ActiveState", fn = function(cmd)
+      local fake = "systemctl() { printf '%s\\n' " .. require("cargoship.util").quote(state()) .. "; }\n"
+      local p = assert(io.popen("sh -c " .. require("cargoship.util").quote(fake .. cmd) .. "; echo \"~$?\""))
+      local out = p:read("a")
+      p:close()
+      local text, code = out:match("^(.-)~(%d+)%s*$")
+      return text, tonumber(code)
+    end },
+    { "journalctl", fn = function() return log(), 0 end },
+    { "'" .. svc .. "'", fn = function(cmd)
+      if cmd:find("systemctl start '" .. svc .. "'", 1, true) then loop.sleep(block) end
+      return "", 0
+    end },
+  }
+end
+
+local REJECTED = 'level=info msg="Waiting to retrieve agent configuration; server is not ready: Node password'
+  .. " rejected, duplicate hostname or contents of '/etc/rancher/node/password' may not match server"
+  .. ' node-passwd entry, try enabling a unique node name with the --with-node-id flag"\n'
+local STARTING = "ActiveState=activating\nSubState=start\nResult=success\nExecMainStatus=0\n"
+  .. "ActiveEnterTimestampMonotonic=0\nInactiveExitTimestampMonotonic=24641549160"
+
+-- w1 (a reinstalled host under an existing node's name) joins a cluster whose leader lists
+-- the old w1 node Ready; READY_TIMEOUT 30. -> ok, the first failure, seconds taken
+local function refused_join(w1)
+  local leader = host("cp1", "controller", { { "'get' 'nodes'", "cp1 True 2026-12-01T10:00:09Z\n"
+    .. "w1 True 2026-12-01T10:00:00Z\n", 0 } }, { running = true, action = "same" })
+  local saved, saved_iv = common.READY_TIMEOUT, common.REFUSAL_INTERVAL
+  common.READY_TIMEOUT, common.REFUSAL_INTERVAL = 30, 0.05
+  local ctx = context({ leader, w1 })
+  ctx.leader = leader
+  ctx.nodes = { { name = "w1", host = w1, ready = "True", heartbeat = "2026-12-01T10:00:00Z" } }
+  local t0 = ctx:now()
+  local ok, failures = run(function() return drive(phase_worker, ctx) end)
+  common.READY_TIMEOUT, common.REFUSAL_INTERVAL = saved, saved_iv
+  -- the host's own error: the message an operator reads under its name
+  return ok, type(failures) == "table" and tostring(failures[1].err) or failures, ctx:now() - t0
+end
+
+describe("a start the engine refuses or that fails, on both service managers", function()
+  local WANT = "w1: node w1: its engine refused the start: Node password rejected, duplicate hostname or contents of"
+    .. " '/etc/rancher/node/password' may not match server node-passwd entry, try enabling a unique node name with"
+    .. " the --with-node-id flag (the cluster knows this node name with another node password: delete the node"
+    .. " (kubectl delete node w1, which removes its password secret) or give the host another name)"
+
+  it("systemd: a refused node password fails in seconds: the start does not wait for the engine's READY", function()
+    local reads = 0
+    local w1 = host("w1", "worker", systemd_rules("k3s-agent", 8, function() return STARTING end, function()
+      reads = reads + 1
+      return 'level=info msg="Starting k3s agent v1.35.2+k3s1"\n' .. string.rep(REJECTED, reads - 1)
+    end), { staged = STAGED })
+    local ok, msg, secs = refused_join(w1)
+    assert.is_nil(ok)
+    assert.is_true(secs < 5, secs .. " s: the start waited for the engine")
+    assert.are.equal(WANT, msg:match("^[^\n]*"))
+    assert.matches("--- recent log of k3s-agent ---", msg, 1, true)
+    assert.are.equal(1, #grep("systemctl start --no-block 'k3s-agent'"))
+  end)
+
+  it("runit: the same refusal fails in seconds with the same message", function()
+    local reads = 0
+    local w1 = host("w1", "worker", {
+      { "sv up '/etc/service/k3s-agent'", "", 0 },
+      { "tail -n 50", fn = function()
+        reads = reads + 1
+        return 'level=info msg="Starting k3s agent v1.35.2+k3s1"\n' .. string.rep(REJECTED, reads - 1), 0
+      end },
+    }, { staged = STAGED, manager = "runit" })
+    local ok, msg, secs = refused_join(w1)
+    assert.is_nil(ok)
+    assert.is_true(secs < 5, secs .. " s")
+    assert.are.equal(WANT, msg:match("^[^\n]*"))
+    assert.matches("--- recent log of k3s-agent ---", msg, 1, true)
+    assert.same({}, grep("systemctl"))
+  end)
+
+  it("systemd: an engine that exits during its start fails at once with the unit's state and its log", function()
+    local asked = 0
+    local w1 = host("w1", "worker", systemd_rules("k3s-agent", 8, function()
+      asked = asked + 1
+      if asked < 3 then return STARTING end
+      return "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n"
+        .. "ActiveEnterTimestampMonotonic=0\nInactiveExitTimestampMonotonic=24641549160"
+    end, function()
+      return 'level=fatal msg="Failed to validate connection to cluster at https://10.253.11.10:6443: failed to get'
+        .. ' CA certs: https://10.253.11.10:6443/cacerts: 401 Unauthorized"\n'
+    end), { staged = STAGED })
+    local ok, msg, secs = refused_join(w1)
+    assert.is_nil(ok)
+    assert.is_true(secs < 5, secs .. " s")
+    assert.are.equal("w1: node w1: its engine's service did not start: systemd: k3s-agent is activating"
+      .. " (auto-restart) after its start failed (result exit-code, exit status 1)", msg:match("^[^\n]*"))
+    assert.matches("--- recent log of k3s-agent ---", msg, 1, true)
+    assert.matches("cacerts: 401 Unauthorized", msg, 1, true)
+  end)
+
+  it("systemd: a normal start still waits for Ready, watching the unit while it starts", function()
+    local leader_asked = 0
+    local leader = host("cp1", "controller", { { "'get' 'nodes'", fn = function()
+      leader_asked = leader_asked + 1
+      return "cp1 True 2026-12-01T10:00:09Z\n" .. (leader_asked >= 4 and "w1 True 2026-12-01T10:00:09Z\n" or ""), 0
+    end } }, { running = true, action = "same" })
+    -- up after this start, then down once and restarting: not this start's failure
+    local w1 = host("w1", "worker", systemd_rules("k3s-agent", 8, function()
+      return "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n"
+        .. "ActiveEnterTimestampMonotonic=24641559160\nInactiveExitTimestampMonotonic=24641549160"
+    end, function() return "" end), { staged = STAGED })
+    local ctx = context({ leader, w1 })
+    ctx.leader = leader
+    -- the unit's state is first asked a STATE_INTERVAL into the wait (Ready at once costs no probe)
+    local saved = common.STATE_INTERVAL
+    common.STATE_INTERVAL = 0.01
+    local ok = run(function() return drive(phase_worker, ctx) end)
+    common.STATE_INTERVAL = saved
+    assert.is_true(ok)
+    assert.is_true(leader_asked >= 4)
+    assert.is_true(#grep("w1: systemctl show -p ActiveState") >= 1)
   end)
 end)
 

@@ -66,6 +66,46 @@ describe("phase install_staged", function()
     for _, a in ipairs(acts) do assert.is_nil(a.cmd:find("update", 1, true)) end
   end)
 
+  it("repairs an interrupted dpkg transaction before installing, and lets no cancellation kill either", function()
+    local ctx = ctx_for({ entry("apt", "/var/lib/rancher/rke2/deb/a.deb", deb) })
+    local h = host("debian", "P 1 cs-test 1.0 - -\n#cs-pm\nI dpkg was interrupted (its journal /var/lib/dpkg/updates"
+      .. " is not empty)\nI dpkg --audit: cs-test is not fully installed\n")
+    local acts = phase.assess(ctx, h)
+    assert.matches("dpkg --audit", h.sent[1], 1, true)      -- in the probe the phase sends anyway
+    assert.equal(1, #h.sent)
+    assert.equal("env DEBIAN_FRONTEND=noninteractive dpkg --configure -a", acts[1].cmd)
+    assert.equal("repair the package manager's interrupted transaction (dpkg was interrupted (its journal"
+      .. " /var/lib/dpkg/updates is not empty); dpkg --audit: cs-test is not fully installed)", acts[1].say)
+    assert.matches("apt%-get %-q %-y install '/var/lib/rancher/rke2/deb/a%.deb'", acts[2].cmd)
+    assert.matches("^apt%-mark hold 'cs%-test'", acts[3].cmd)
+    for _, a in ipairs(acts) do assert.is_number(a.finish, a.say) end
+  end)
+
+  it("pins staged packages installed at their version but left unpinned (an install cut short before its pin)",
+    function()
+    local ctx = ctx_for({ entry("apt", "/var/lib/rancher/rke2/deb/a.deb", deb),
+                          entry("apt", "/var/lib/rancher/rke2/deb/b.deb", deb) })
+    local acts = phase.assess(ctx, host("debian", "P 1 cs-a 1.0 1.0 held\nP 2 cs-b 1.0 1.0 -\n#cs-pm\n"))
+    assert.equal(1, #acts)
+    assert.equal("apt-mark hold 'cs-b'", acts[1].cmd)
+    assert.same({}, phase.assess(ctx, host("debian", "P 1 cs-a 1.0 1.0 held\nP 2 cs-b 1.0 1.0 held\n#cs-pm\n")))
+  end)
+
+  it("on rpm hosts reads pins from versionlock, and repairs a transaction that left two versions", function()
+    local ctx = ctx_for({ entry("rpm", "/var/lib/rancher/rke2/rpm/a.rpm", rpm),
+                          entry("rpm", "/var/lib/rancher/rke2/rpm/b.rpm", rpm) })
+    local h = host("rocky", "P 1 rke2-common 1.35.4-1 1.35.4-1\nP 2 rke2-server 1.35.4-1 1.35.4-1\n#cs-pm\n"
+      .. "I rpm lists two versions of rke2-common.x86_64\n#rpm\nrke2-server-0:1.35.4-1.*\n")
+    local acts = phase.assess(ctx, h)
+    assert.matches("locklist", h.sent[1], 1, true)   -- the plugin's list file, read: no dnf run
+    assert.equal(2, #acts)
+    assert.equal("dnf -y remove --duplicates", acts[1].cmd)
+    assert.equal("dnf versionlock add 'rke2-common'", acts[2].cmd)
+    -- without the versionlock plugin nothing can be pinned, and nothing is planned
+    assert.same({}, phase.assess(ctx, host("rocky", "P 1 rke2-common 1.35.4-1 1.35.4-1\n"
+      .. "P 2 rke2-server 1.35.4-1 1.35.4-1\n#cs-pm\n#rpm-nolock\n")))
+  end)
+
   it("moves a staged binary onto its target and makes its links", function()
     local ctx = ctx_for({ entry("binary", "/usr/local/bin/rke2", bin,
       { symlinks = { "/usr/local/bin/rke2-alias" } }) })

@@ -7,6 +7,7 @@
 -- The hosts are dry-run hosts, so a phase that tries to write raises.
 local context = require "cargoship.pipeline.context"
 local host_mod = require "cargoship.host"
+local batch = require "cargoship.host_batch"
 local log_mod = require "cargoship.log"
 
 local M = {}
@@ -146,7 +147,20 @@ function M.scripted(name, rules, record)
     end
     return table.concat(batched), 0
   end
-  function c.exec(_, cmd)
+  -- a batch of records (cargoship.host_batch): each body answered as a command of its own,
+  -- stopping at the first non-zero, with the markers the host's script prints
+  local function batch_reply(stdin)
+    local out, err = {}, {}
+    for i, body in ipairs(batch.unpack(stdin)) do
+      local o, code = reply(body)
+      out[#out + 1] = string.format("\30cs-a:%d\n%s\30cs-z:%d:%d\n", i, o, i, code)
+      err[#err + 1] = string.format("\30cs-a:%d\n%s", i, code == 0 and "" or "failed")
+      if code ~= 0 then return table.concat(out), table.concat(err), code end
+    end
+    return table.concat(out), table.concat(err), 0
+  end
+  function c.exec(_, cmd, opts)
+    if cmd == batch.LOADER then return batch_reply(opts.stdin) end
     local out, code = reply(cmd)
     return out, code == 0 and "" or "failed", code
   end

@@ -56,7 +56,7 @@ local function host(name, role, o)
   o = o or {}
   local svc = role == "controller" and "k3s-server" or "k3s-agent"
   local rules = { { ".cargoship-staged' ] && echo S1", "S1\n", 0 },
-                  { "systemctl start '" .. svc .. "'", fn = function()
+                  { "systemctl start --no-block '" .. svc .. "'", fn = function()
                     if not stuck[name] then version[name] = NEW end
                     return "", 0
                   end } }
@@ -93,7 +93,8 @@ local function events()
   local out = {}
   for _, l in ipairs(journal) do
     local h = l:match("^(%S+): ")
-    local d, s = l:match("'drain' '([^']+)'"), l:match("systemctl (%a+) 'k3s%-%a+'")
+    local d = l:match("'drain' '([^']+)'")
+    local s = l:match("systemctl (%a+) 'k3s%-%a+'") or l:match("else systemctl (%a+) %-%-no%-block 'k3s%-%a+'")
     local u = l:match("'uncordon' '([^']+)'")
     if d then out[#out + 1] = h .. ": drain " .. d
     elseif u then out[#out + 1] = h .. ": uncordon " .. u
@@ -196,6 +197,30 @@ describe("Upgrade run", function()
     assert.same({ "cp1: drain w1", "cp1: uncordon w1", "cp1: drain w2", "w2: stop", "w2: start", "cp1: uncordon w2" },
       events())
     assert.same({ cp1 = OLD, w1 = OLD, w2 = NEW }, version)
+  end)
+
+  it("a node whose task is cut mid-drain (its lock lost, Ctrl-C) is uncordoned through the leader by the "
+    .. "phase's cleanup at the run's end", function()
+    -- w1's drain hangs (its pods' eviction retried) until the task is cancelled
+    table.insert(LEADER_RULES, 1, { "'drain' 'w1'", fn = function() loop.sleep(30) return "", 0 end })
+    local cp1 = host("cp1", "controller", { leader = true })
+    local w1 = host("w1", "worker", { profile = "w" })
+    table.remove(LEADER_RULES, 1)
+    local ctx = context({ cp1, w1 }, {}, { w = { concurrency = { kind = "count", value = 1 } } })
+    local before
+    run(function()
+      local t = loop.spawn(function() return drive(worker, ctx) end)
+      while #events() == 0 do loop.sleep(0.01) end
+      t:cancel()
+      t:join()
+      before = events()
+      ctx._cleanup = true
+      worker.cleanup(ctx)
+    end)
+    assert.same({ "cp1: drain w1" }, before, "the cut task ran no uncordon of its own")
+    assert.same({ "cp1: drain w1", "cp1: uncordon w1" }, events())
+    -- nothing cordoned is left: a second cleanup has nothing to do
+    assert.are.equal("skipped", worker.cleanup(ctx))
   end)
 
   it("a node Ready again but still at the old version fails, is uncordoned, and no later batch starts", function()

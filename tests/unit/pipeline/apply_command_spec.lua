@@ -16,6 +16,7 @@ local function fake_pipeline(seen, o)
     connect = { id = "connect", title = "Connect to hosts", dry_run = "read_only", creates = { "connection" },
       run = function(ctx, hosts)
         note((ctx.dry_run and "dry " or "") .. "connect")
+        if o.transports then o.transports[#o.transports + 1] = ctx.transport end
         for _, h in ipairs(hosts) do h:attach(S.fake_conn()) end
       end },
     gather = { id = "gather_facts", title = "Gather host facts", dry_run = "read_only",
@@ -147,9 +148,9 @@ describe("apply with a pipeline", function()
     assert.are.equal(#real.phases - 5, #p.phases)
     assert.are.same({ 18, 19, 20, 21, 22 }, { p.skipped[1][1], p.skipped[2][1], p.skipped[3][1], p.skipped[4][1],
       p.skipped[5][1] })
-    local none, why = runner.without(real, { 26 })
+    local none, why = runner.without(real, { 32 })
     assert.is_nil(none)
-    assert.matches("no phase 26 in this build", why, 1, true)
+    assert.matches("no phase 32 in this build", why, 1, true)
     none, why = runner.without(real, { 5 })
     assert.is_nil(none)
     assert.matches("phase 5 cannot be skipped", why, 1, true)
@@ -203,6 +204,23 @@ describe("apply with a pipeline", function()
     assert.matches("\n  7. Acquire exclusive host lock: ran\n", out, 1, true)
     assert.matches("Applied: every phase finished.\n", out, 1, true)
     assert.not_matches("Proceed?", err, 1, true)
+  end)
+
+  -- a login is several round trips: the run that follows its plan at once reuses the plan's
+  -- sessions (transport:keep); one that waited for an answer logs in again
+  it("with --confirm, runs over the plan's transport (its sessions kept); after a question, a new one", function()
+    local transports = {}
+    apply.pipeline = fake_pipeline(seen, { transports = transports })
+    apply.read_line = function() error("must not ask") end
+    assert.are.equal(0, (run({ "apply", "--confirm", "c.yaml" }, { stdin = true })))
+    assert.are.equal(2, #transports)
+    assert.are.equal(transports[1], transports[2])
+    assert.is_nil(transports[1].spare, "closed at the end, spares included")
+    transports = {}
+    apply.pipeline = fake_pipeline({}, { transports = transports })
+    apply.read_line = function() return "y" end
+    assert.are.equal(0, (run({ "apply", "c.yaml" }, { stdin = true })))
+    assert.are_not.equal(transports[1], transports[2])
   end)
 
   it("on a terminal asks, and applies on yes", function()
@@ -265,15 +283,18 @@ describe("apply with a pipeline", function()
     assert.are.same({}, seen)
   end)
 
-  it("--help says what is not in this build, what a dry run does, consent and exit codes", function()
+  it("--help says every phase is in this build, what a dry run does, consent and exit codes", function()
     local code, out = support.run({ "apply", "--help" })
     assert.are.equal(0, code)
-    assert.matches("Phases 26-27 (syncing engine config) are not in this build", out, 1, true)
-    -- and those are exactly the numbers the pipeline lacks
-    local have, lacking = {}, {}
-    for _, entry in ipairs(require("cargoship.pipelines.apply").phases) do have[entry[1]] = true end
-    for n = 1, 31 do if not have[n] then lacking[#lacking + 1] = n end end
-    assert.are.same({ 26, 27 }, lacking)
+    assert.matches("all 31 phases", out, 1, true)
+    assert.matches("26-27 (sync the engine config files", out, 1, true)
+    assert.is_nil(out:find("not in this build", 1, true))
+    -- and the pipeline has exactly those numbers, with no gap for the report to name
+    local pipeline = require("cargoship.pipelines.apply")
+    local have = {}
+    for i, entry in ipairs(pipeline.phases) do have[i] = entry[1] end
+    for n = 1, 31 do assert.are.equal(n, have[n]) end
+    assert.is_nil(pipeline.not_in_build)
     assert.matches("--drain-timeout DURATION", out, 1, true)
     assert.matches("--skip-phases LIST", out, 1, true)
     assert.matches("At most --concurrent-uploads hosts upload at once (default 8", out, 1, true)

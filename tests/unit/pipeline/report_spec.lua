@@ -135,6 +135,26 @@ describe("report text", function()
       { doc.phases[1].hosts[1].left_alone, doc.phases[1].hosts[2].left_alone })
   end)
 
+  it("lists a failure foretold (ctx:predict) under its host: pending work, exit 3, counted once per host", function()
+    local hosts = { { name = "a", role = "controller" }, { name = "b", role = "worker" } }
+    local ctx = S.ctx { dry_run = true, hosts = hosts }
+    local rep = S.run(ctx, { S.phase({}, "validate", { title = "Validate hosts", dry_run = "read_only",
+      run = function(c, hs)
+        c:predict(hs[2], "cannot resolve lb.example:6443 (the load balancer): the engine could not join")
+        c:predict(hs[2], "no space left for the uploads on /var (/var/lib/x): 1.0 MiB free, 2.0 MiB needed")
+        return true
+      end }) })
+    local text = report.text(rep)
+    assert.matches("\n  1. Validate hosts: ran, reads only\n       b  would fail: cannot resolve lb.example:6443"
+      .. " (the load balancer): the engine could not join\n       b  would fail: no space left", text, 1, true)
+    assert.matches("\nForetold: 1 host would fail later", text, 1, true)
+    assert.are.same({ "pending", true, 1 }, { rep.outcome, rep.pending, rep.predicted })
+    assert.are.equal(cli.EXIT.pending, report.exit_code(rep, cli.EXIT))
+    local doc = require("cjson").decode(report.json(rep))
+    local got = doc.phases[1].hosts
+    assert.are.same({ {}, 2, 1 }, { got[1].predicted, #got[2].predicted, doc.predicted })
+  end)
+
   it("renders a dry run that went on past a host's failure, the host not reached after it", function()
     local ctx = S.ctx { dry_run = true }
     local rep = S.run(ctx, {
@@ -195,7 +215,9 @@ describe("report JSON", function()
     is_type("table", doc.phases, "phases")
     is_type("table", doc.cleanup, "cleanup")
     for _, p in ipairs(doc.phases) do
-      for _, k in ipairs({ "index", "number", "elapsed", "probes", "writes" }) do is_type("number", p[k], k) end
+      for _, k in ipairs({ "index", "number", "elapsed", "probes", "writes", "round_trips" }) do
+        is_type("number", p[k], k)
+      end
       for _, k in ipairs({ "id", "title", "dry_run_policy", "verdict" }) do is_type("string", p[k], k) end
       assert.is_true(({ read_only = true, own = true, reported = true })[p.dry_run_policy])
       assert.is_true(({ ran = true, own = true, would_act = true, nothing_to_do = true, unassessed = true,
@@ -220,6 +242,7 @@ describe("report JSON", function()
         assert(h.not_reached == cjson.null or type(h.not_reached) == "string")
         is_type("number", h.probes, "probes")
         is_type("number", h.writes, "writes")
+        is_type("number", h.round_trips, "round_trips")
       end
     end
   end
@@ -238,7 +261,8 @@ describe("report JSON", function()
     assert.are.same({ 2, 3, "gather_facts", "read_only", "ran" },
       { gather.index, gather.number, gather.id, gather.dry_run_policy, gather.verdict })
     assert.are.same({ host = "ctrl-2", actions = {}, reason = cjson.null, left_alone = cjson.null, error = cjson.null,
-      not_reached = cjson.null, probes = 1, writes = 0 }, gather.hosts[2])
+      not_reached = cjson.null, probes = 1, writes = 0, round_trips = 0, predicted = {} }, gather.hosts[2])
+    assert.are.equal(0, doc.predicted)
     assert.are.same({ { kind = "note", say = "set vm.swappiness=0", outcome = cjson.null, error = cjson.null },
       { kind = "note", say = "write /etc/environment", outcome = cjson.null, error = cjson.null } },
       doc.phases[4].hosts[2].actions)
@@ -273,7 +297,7 @@ describe("report JSON of a real run", function()
       { acts[1].outcome, acts[2].outcome, acts[3].outcome, acts[4].outcome })
     assert.are.same({ kind = "write", say = "write /etc/a (1 bytes)", path = "/etc/a", outcome = "done",
       error = cjson.null }, acts[1])
-    assert.are.equal("boom", acts[3].error)
+    assert.matches("^ctrl%-1: run exit 9: command failed %(exit 1%): boom$", acts[3].error)
   end)
 end)
 

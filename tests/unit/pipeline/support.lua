@@ -1,4 +1,5 @@
 -- tests/unit/pipeline/support.lua: fake hosts, fake phases and a one-call runner for the pipeline specs.
+local batch = require "cargoship.host_batch"
 local context = require "cargoship.pipeline.context"
 local log = require "cargoship.log"
 local loop = require "cargoship.loop"
@@ -16,11 +17,35 @@ local function not_stopping()
   if me and me:stopping() then error("cancelled", 0) end
 end
 
+-- A batch of records (cargoship.host_batch) is answered body by body as checks, each recorded
+-- as {op = "check", cmd = body, batch = n} (n: the batch's size), with the markers the host's
+-- script prints, stopping at the first that fails (an `error` answer: exit 1, its text on stderr).
+local function batch_reply(conn, o, stdin)
+  local out, err, bodies = {}, {}, batch.unpack(stdin)
+  for i, body in ipairs(bodies) do
+    conn.calls[#conn.calls + 1] = { op = "check", cmd = body, batch = #bodies }
+    local answer, code = "", 0
+    for pattern, a in pairs(o.answers or {}) do
+      if body:find(pattern, 1, true) then answer = a break end
+    end
+    local e = ""
+    if type(answer) == "table" then answer, code, e = "", 1, answer.error end
+    out[#out + 1] = string.format("\30cs-a:%d\n%s\30cs-z:%d:%d\n", i, answer, i, code)
+    err[#err + 1] = string.format("\30cs-a:%d\n%s", i, e)
+    if code ~= 0 then return table.concat(out), table.concat(err), code end
+  end
+  return table.concat(out), table.concat(err), 0
+end
+
 function M.fake_conn(o)
   o = o or {}
   local conn = { calls = {} }
   function conn.exec(_, cmd, opts)
     not_stopping()
+    if cmd == batch.LOADER then
+      if o.delay then loop.sleep(o.delay) end
+      return batch_reply(conn, o, opts.stdin)
+    end
     conn.calls[#conn.calls + 1] = { op = "exec", cmd = cmd, opts = opts }
     if o.delay then loop.sleep(o.delay) end
     for pattern, out in pairs(o.answers or {}) do

@@ -8,8 +8,10 @@ local support = require "unit.commands.support"
 
 local q = util.quote
 
+-- stdin a /dev/null of its own: Ansible refuses a non-blocking stdin, and the one ctest hands
+-- every test is shared with the lab specs' ssh clients beside it (ctest -j), which set it so
 local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
+  local p = assert(io.popen(cmd .. " </dev/null 2>&1"))
   local out = p:read("a")
   local ok, _, code = p:close()
   return out, ok and 0 or code

@@ -13,6 +13,8 @@
 --   plus previous = the recorded rule set, nftables_conf = {path, content}, state = what
 --   the host has now: only what differs is returned; without it, everything is returned as
 --   for a host that has nothing yet).
+-- FIREWALLD_OURS, firewalld_removal(res) -> records taking out all cargoship added to
+--   firewalld (reset): actions() of an empty plan against the state the probes read.
 local detect = require "cargoship.os.firewall.detect"
 local firewalld = require "cargoship.os.firewall.firewalld"
 local nftables = require "cargoship.os.firewall.nftables"
@@ -43,6 +45,26 @@ function M.actions(backend, plan)
   if backend == "ufw" then return ufw.actions(plan) end
   if backend == "nftables" then return nftables.actions(plan) end
   return nil, "firewall: no actions for front end " .. tostring(backend)
+end
+
+-- Exit 0 when firewalld runs and holds something of cargoship's (its record or its files).
+M.FIREWALLD_OURS = "firewall-cmd --state >/dev/null 2>&1 && { [ -e " .. firewalld.FIREWALLD_RECORD .. " ] || "
+  .. "ls /etc/firewalld/ipsets/cargoship-trusted.xml /etc/firewalld/ipsets/cargoship-trusted6.xml "
+  .. "/etc/firewalld/services/" .. firewalld.FIREWALLD_SERVICE .. ".xml 2>/dev/null | grep -q .; }"
+
+-- res: the answers to cargoship.os.firewall.state.probes("firewalld", {}) -> records | nil, why.
+-- An empty plan against what the host has: every ipset, service, rich rule and policy of
+-- cargoship's goes, then one reload. The record is not rewritten: reset removes its directory.
+function M.firewalld_removal(res)
+  local plan = require("cargoship.os.firewall.state").apply({ trust = {}, ports = {}, rules = {} }, "firewalld", {},
+    res)
+  local acts, why = M.actions("firewalld", plan)
+  if not acts then return nil, why end
+  local out = {}
+  for _, a in ipairs(acts) do
+    if not (a.kind == "write" and a.path == firewalld.FIREWALLD_RECORD) then out[#out + 1] = a end
+  end
+  return out
 end
 
 return M

@@ -60,6 +60,9 @@ function M.nftables_ruleset(plan)
     list[#list + 1] = "    " .. M.nft_rule(r)
   end
   local input = chains["in"]
+  -- the host to itself (its own private address goes over lo: a server registering with its
+  -- own API) passes, as firewalld's and ufw's own rules let it: the host is not in its trust set
+  table.insert(input, #input + 1, '    iifname "lo" accept')
   if #v4 > 0 then input[#input + 1] = "    ip saddr @trusted4 accept" end
   if #v6 > 0 then input[#input + 1] = "    ip6 saddr @trusted6 accept" end
   for _, proto in ipairs({ "tcp", "udp" }) do
@@ -120,5 +123,43 @@ end
 
 -- M.actions(backend, plan) -> records | nil, why. plan.state, when given, is what the host
 -- has now (see the phase "Updating hosts firewall"); only what differs is returned. Without
+
+-- ---- reset: the inverse of actions ---------------------------------------------------------
+
+local BOOT_FILES = { "/etc/nftables.conf", "/etc/sysconfig/nftables.conf" }
+
+-- M.removal_probes() -> {key = command}: the table loaded now, and each boot-time file.
+function M.removal_probes()
+  local p = { nft_table = "nft list table inet cargoship >/dev/null 2>&1" }
+  for i, f in ipairs(BOOT_FILES) do
+    p["nft_conf_" .. i] = shell.fmt("if [ -e %s ]; then cat -- %s; else exit 44; fi", f, f)
+  end
+  return p
+end
+
+-- M.removal(res) -> records: the table deleted, the include line taken out of the boot file.
+-- The table file itself lives in /var/lib/cargoship, which reset removes whole.
+function M.removal(res)
+  local out = {}
+  if res.nft_table and res.nft_table.code == 0 then
+    out[#out + 1] = action.run { cmd = "nft delete table inet cargoship", say = "delete table inet cargoship" }
+  end
+  for i, f in ipairs(BOOT_FILES) do
+    local r = res["nft_conf_" .. i]
+    if r and r.code == 0 then
+      local line = string.format('include "%s"', M.NFT_FILE)
+      local kept, dropped = {}, false
+      for l in (r.out .. (r.out:sub(-1) == "\n" and "" or "\n")):gmatch("([^\n]*)\n") do
+        if l:match("^%s*(.-)%s*$") == line then dropped = true else kept[#kept + 1] = l end
+      end
+      if dropped then
+        local text = #kept > 0 and (table.concat(kept, "\n") .. "\n") or ""
+        out[#out + 1] = action.write { path = f, content = text,
+                                       say = "stop including table inet cargoship from " .. f }
+      end
+    end
+  end
+  return out
+end
 
 return M

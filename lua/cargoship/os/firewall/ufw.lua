@@ -126,4 +126,27 @@ function M.actions(plan)
   return out
 end
 
+-- ---- reset: the inverse of actions ---------------------------------------------------------
+
+M.REMOVAL_PROBES = {
+  ufw_record = shell.fmt("if [ -e %s ]; then cat -- %s; else exit 44; fi", M.UFW_RECORD, M.UFW_RECORD),
+  ufw_app = "test -e /etc/ufw/applications.d/cargoship",
+}
+
+-- M.removal(res) -> records: every recorded rule deleted (`ufw delete` takes the recorded
+-- words back), then the app profile; the record goes with /var/lib/cargoship.
+function M.removal(res)
+  local out = {}
+  if res.ufw_record and res.ufw_record.code == 0 then
+    for line in res.ufw_record.out:gmatch("[^\n]+") do
+      out[#out + 1] = action.run { cmd = shell.words(table.unpack(words_of(line, { "ufw", "delete" }))),
+                                   say = "ufw: drop rule " .. line }
+    end
+  end
+  if res.ufw_app and res.ufw_app.code == 0 then
+    out[#out + 1] = action.remove { path = "/etc/ufw/applications.d/cargoship" }
+  end
+  return out
+end
+
 return M

@@ -13,6 +13,8 @@ local M = {}
 
 M.READY_TIMEOUT = 300     -- seconds a node may take to report Ready
 M.READY_INTERVAL = 1      -- one shared kubectl a round on the leader, however many wait
+M.REFUSAL_INTERVAL = 5    -- seconds between reads of a waiting node's service log
+M.STATE_INTERVAL = 1      -- seconds between reads of its service manager's state
 
 function M.settled(host)
   local e = host.facts and host.facts.engine
@@ -63,16 +65,58 @@ function M.apply_one(ctx, host)
   return nil, msg
 end
 
+-- Why the node's start failed, read off its host while it is waited for (nil: nothing yet):
+-- - its service manager has the service down after this start failed (the start_failed
+--   verb: systemd's failed or auto-restart states; a start that did not wait for the
+--   service to report ready learns it only so);
+-- - a refusal the engine logged since this start (engine:start_refused on the service's
+--   log): a log unchanged since the wait began says nothing new (a refusal there may be an
+--   earlier run's); the refusal must be among its last lines, as the engine keeps retrying.
+-- -> function() -> "kind", why | nil
+local function start_watch(ctx, host, node)
+  local eng, svc = ctx.engine, ctx.engine.services and host.role and ctx.engine.services[host.role]
+  local state = svc and host.os and host.os:service("start_failed", svc)
+  local cmd = svc and host.os and host.os:service("logs", svc)
+  if eng.start_refused == engine.Engine.start_refused then cmd = nil end
+  -- the service's state is first asked a STATE_INTERVAL into the wait: a node Ready at the
+  -- first listing (the usual case) costs its host one round trip here (the log's base), not two
+  local base, last, last_state = nil, nil, ctx:now()
+  return function()
+    local now = ctx:now()
+    if state and not (last_state and now - last_state < M.STATE_INTERVAL) then
+      last_state = now
+      local out, _, code = host:probe(state)
+      if code == 0 and out and out:match("%S") then return "failed", (out:gsub("%s+$", "")) end
+    end
+    if not cmd or (last and now - last < M.REFUSAL_INTERVAL) then return nil end
+    last = now
+    local log = host:probe(cmd) or ""
+    if base == nil then base = log end
+    if log == base then return nil end
+    local tail = {}
+    for line in log:gmatch("[^\n]+") do
+      tail[#tail + 1] = line
+      if #tail > 3 then table.remove(tail, 1) end
+    end
+    local why = eng:start_refused(table.concat(tail, "\n"), node)
+    if why then return "refused", why end
+  end
+end
+
 M.steps = {}
 
 -- Polls the leader until the node is Ready; the leader itself may still be starting its API.
 -- Nodes waited for at the same time share the leader's listing (ctx:leader_listing): the
 -- Ready check lists every node, so one run of it answers every waiter.
-function M.steps.wait_ready(ctx, _, a)
+function M.steps.wait_ready(ctx, host, a)
   local leader = ctx.leader
   local limit = a.timeout or (ctx.options and ctx.options.ready_timeout) or M.READY_TIMEOUT
   local seen = ctx:now()   -- only a listing taken after the wait began counts
+  local watch = start_watch(ctx, host, a.node)
+  local failed, refusal
   local ok, why = ctx:wait_until(function()
+    failed, refusal = watch()
+    if failed then return true end
     local at, out, err, code = ctx:leader_listing(a.cmd, seen)
     seen = at
     local line = out and code == 0 and ctx.engine:ready_line(out, a.node)
@@ -85,6 +129,11 @@ function M.steps.wait_ready(ctx, _, a)
     end
     return nil, "Ready is " .. (line:match("%S+") or "unknown")
   end, { timeout = limit, interval = M.READY_INTERVAL })
+  if failed == "refused" then
+    return nil, string.format("node %s: its engine refused the start: %s", a.node, refusal)
+  elseif failed then
+    return nil, string.format("node %s: its engine's service did not start: %s", a.node, refusal)
+  end
   if ok then return true end
   return nil, string.format("node %s is not Ready after %g s (through %s's kubectl: %s)", a.node,
     limit, leader.name, (why:gsub("%s+$", "")))

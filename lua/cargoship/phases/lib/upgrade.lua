@@ -10,39 +10,23 @@
 -- and, after a drain, a wait until the ReplicaSets and StatefulSets the drain emptied are at
 -- their ready counts again (bounded by --drain-timeout), so the next node or batch does not
 -- drain the last copies. Steps: phases.lib.upgrade_steps.
--- Order: serial = controllers one at a time in config order (the leader first), a node that
--- leads handing cluster operations to another running controller while it is down;
--- batches = per-profile batches (phases.lib.order). A drain that fails or times out
--- uncordons that node and leaves it at its old version: that host fails (naming the pod the
--- drain named), the others go on. Any other failure uncordons too, and stops the phase after
--- its node (serial) or batch.
+-- Order and failure rules: phases.lib.rollout's (shared with the sync phases 26-27): a drain
+-- that fails or times out uncordons that node and leaves it at its old version.
 local common = require "cargoship.phases.lib.engine_common"
 local uploads = require "cargoship.phases.lib.uploads"
-local order = require "cargoship.phases.lib.order"
-local action = require "cargoship.action"
+local rollout = require "cargoship.phases.lib.rollout"
 
 local M = {}
 
-M.DRAIN_GRACE = 120   -- seconds each evicted pod gets (--drain-grace-period)
-M.DRAIN_TIMEOUT = 300 -- seconds a drain may take, and the evicted workloads to be back (--drain-timeout)
+M.DRAIN_GRACE = rollout.DRAIN_GRACE
+M.DRAIN_TIMEOUT = rollout.DRAIN_TIMEOUT
 
 local function has_work(host, role)
   return host.role == role and common.upgrades(host)
 end
 
--- {grace_period, timeout} | false (--no-drain)
-function M.drain_opts(options)
-  options = options or {}
-  if options.no_drain then return false end
-  return { grace_period = options.drain_grace_period or M.DRAIN_GRACE,
-           timeout = options.drain_timeout or M.DRAIN_TIMEOUT }
-end
-
-local function old_heartbeat(ctx, host)
-  for _, n in ipairs(ctx.nodes or {}) do
-    if n.host == host then return n.heartbeat end
-  end
-end
+M.drain_opts = rollout.drain_opts
+local old_heartbeat = rollout.old_heartbeat
 
 -- The package's engine files for this host, every one (its version is not the host's), where
 -- the upload phases stage them: known from the package alone, so a dry run, before those
@@ -88,98 +72,21 @@ function M.records(ctx, host)
     end
     out[#out + 1] = a
   end
-  if drain then
-    out[#out + 1] = action.step { name = "wait_workloads", node = node.name, on = "leader", timeout = drain.timeout,
-      say = string.format("wait until the ReplicaSets and StatefulSets node %s's drain emptied are ready again",
-        node.name) }
-  end
+  if drain then out[#out + 1] = rollout.wait_workloads(node, drain) end
   return out
 end
 
--- Another controller that is up, to lead while `host` (the leader) is down.
-local function stand_in_leader(ctx, host)
-  for _, h in ipairs(ctx.hosts) do
-    if h ~= host and h.role == "controller" and common.up(h) and not has_work(h, "controller") then return h end
-  end
-  return host
-end
-
 function M.make(o)
-  local steps, state = require("cargoship.phases.lib.upgrade_steps").new()
-  local phase = {
-    id = o.id, title = o.title, steps = steps,
+  return rollout.make {
+    id = o.id, title = o.title, role = o.role, order = o.order,
     reads = { "connection", "facts", "engine_version" },
     creates = { o.role == "controller" and "controllers_upgraded" or "workers_upgraded" },
+    selects = function(_, h) return has_work(h, o.role) end,
+    records = M.records,
+    -- a controller waiting for its own upgrade does not lead while the leader is down
+    busy = function(h) return has_work(h, "controller") end,
+    left = function(h) return "at " .. tostring(h.facts.engine.version) end,
   }
-
-  function phase.prepare(ctx)
-    if not (ctx.engine and ctx.distro) then return {} end
-    local work = {}
-    for _, h in ipairs(ctx.hosts) do
-      if has_work(h, o.role) then work[#work + 1] = h end
-    end
-    return work
-  end
-
-  function phase.assess(ctx, host)
-    if not (ctx.engine and ctx.distro) or not has_work(host, o.role) then return {} end
-    return M.records(ctx, host)
-  end
-
-  -- One node: its records; on failure its planned uncordon (never left cordoned by us).
-  -- -> true | nil, err, fatal (fatal: not a refused drain: stop after this node or batch)
-  local function one(ctx, h)
-    local lead = ctx.leader
-    if h == lead then ctx.leader = stand_in_leader(ctx, h) end
-    local ok, err = common.apply_one(ctx, h)
-    local drain_err = state.drain_failed[h.name]
-    if not ok then
-      for _, a in ipairs(ctx:planned(h)) do
-        if a.kind == "step" and a.name == "uncordon" and state.cordoned[h.name] then
-          local uok, uerr = ctx:apply(h, { a })
-          if not uok then err = err .. "; and uncordoning it failed too: " .. tostring(uerr) end
-        end
-      end
-      if drain_err then
-        err = string.format("%s: %s; node uncordoned and left at %s", h.name, drain_err,
-          tostring(h.facts.engine.version))
-      end
-    end
-    ctx.leader = lead
-    if ok then return true end
-    return nil, err, not drain_err
-  end
-
-  function phase.run(ctx, hosts)
-    local failures, stop = {}, false
-    if o.order == "serial" then
-      for _, h in ipairs(order.leader_first(ctx, hosts)) do
-        if stop then break end
-        local ok, err, fatal = one(ctx, h)
-        if not ok then failures[#failures + 1] = { host = h, err = err }; stop = fatal end
-      end
-    else
-      for _, batch in ipairs(order.batches(ctx, hosts)) do
-        if stop then break end
-        local fatal_in = {}
-        local ok, list = ctx:each(batch, function(h)
-          local r, err, fatal = one(ctx, h)
-          if not r then fatal_in[h] = fatal end
-          return r, err
-        end)
-        if not ok then
-          for _, f in ipairs(list) do
-            failures[#failures + 1] = f
-            stop = stop or fatal_in[f.host] ~= false
-          end
-        end
-      end
-    end
-    if #failures > 0 then return nil, failures end
-    return true
-  end
-
-  return phase
 end
 
 return M

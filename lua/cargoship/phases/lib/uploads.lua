@@ -214,7 +214,7 @@ function M.actions_for(items, r)
             it.path) }
       else
         acts[#acts + 1] = action.upload { path = it.path, source = it.source, sha256 = it.sha256, size = it.size,
-          mode = it.mode, owner = it.owner, group = it.group,
+          mode = it.mode, owner = it.owner, group = it.group, assessed = true,
           say = string.format("upload %s (%d bytes, %s)", it.path, it.size, it.category) }
       end
     end
@@ -273,7 +273,7 @@ function M.hosts_by_method(ctx, m)
 end
 
 -- The upload phases' run: the planned records, host by host at most --concurrent-uploads at
--- once, one record at a time so the progress line counts bytes as files land.
+-- once, one upload at a time so the progress line counts bytes as files land.
 function M.run(ctx, hosts)
   local limit = ctx.options.concurrent_uploads or M.DEFAULT_CONCURRENT_UPLOADS
   local total, sent, finished = 0, 0, 0
@@ -287,14 +287,21 @@ function M.run(ctx, hosts)
   end
   local ok, failures = ctx:each(hosts, function(h)
     local bytes, files = 0, 0
-    for _, a in ipairs(ctx:planned(h)) do
-      local done, err = ctx:apply(h, { a })
+    local planned, i = ctx:planned(h), 1
+    while i <= #planned do
+      -- an upload alone (the progress counts its bytes); the records between uploads together,
+      -- which the host sends as one script
+      local j = i
+      while planned[i].kind ~= "upload" and planned[j + 1] and planned[j + 1].kind ~= "upload" do j = j + 1 end
+      local done, err = ctx:apply(h, table.move(planned, i, j, 1, {}))
       if not done then return nil, err end
+      local a = planned[i]
       if a.kind == "upload" then
         bytes, files = bytes + (a.size or 0), files + 1
         sent = sent + (a.size or 0)
         show()
       end
+      i = j + 1
     end
     finished = finished + 1
     if files > 0 and h.log then
@@ -328,6 +335,15 @@ function M.release_text(ctx, host, list)
   return json.encode({ name = meta.name, version = meta.version, distroType = pkg.type, distroVersion = pkg.version,
     description = meta.description, architecture = host.facts.arch, aggregateChecksum = pkg.aggregate,
     build = doc.build, images = json.array(pkg.images or {}), managedFiles = json.array(managed) }) .. "\n"
+end
+
+-- The package a staged file installs, from its file name (rpm NAME-VERSION-RELEASE.ARCH.rpm,
+-- deb NAME_VERSION_ARCH.deb) -> name | nil (not a package file): what reset removes.
+function M.package_name(path)
+  local base = path:match("[^/]+$") or path
+  if base:match("%.deb$") then return base:match("^([^_]+)_") end
+  if base:match("%.rpm$") then return (base:gsub("%.rpm$", ""):gsub("%.[^.]+$", ""):match("^(.+)%-[^-]+%-[^-]+$")) end
+  return nil
 end
 
 -- Files the old manifest lists that the new one does not -> paths (removed after an upgrade).
