@@ -3,6 +3,8 @@ BUILD ?= build
 TYPE ?= RelWithDebInfo
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
+# tests at once: the two labs' specs side by side (tests/CMakeLists.txt), and a unit or fuzz spec
+TEST_JOBS ?= 3
 
 all: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
@@ -12,7 +14,7 @@ $(BUILD)/CMakeCache.txt:
 
 # then the fuzz targets' execs (tests/fuzz/run.sh), which ctest does not show for a passing test
 test: all
-	cd $(BUILD) && rm -f fuzz/*.execs && { ctest --output-on-failure $(CTEST_ARGS); rc=$$?; \
+	cd $(BUILD) && rm -f fuzz/*.execs && { ctest -j$(TEST_JOBS) --output-on-failure $(CTEST_ARGS); rc=$$?; \
 	  cat fuzz/*.execs 2>/dev/null; exit $$rc; }
 
 unit: all

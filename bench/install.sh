@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/install.sh - a k3s cluster from nothing on N lab hosts: cargoship apply vs an Ansible playbook doing the same host work.
 #
-# Usage: bench/install.sh [N...]   (default: 10 50; LAB_PREFIX/LAB_NET override the lab's
+# Usage: bench/install.sh [N...]   (default: 10 50; RTT_MS="0 100" the round-trip times to run
+#        each N at, default 0: the lab's user-space delay relay, LAB_RTT_MS; SKIP=ans leaves
+#        Ansible out; LAB_PREFIX/LAB_NET override the lab's
 #        csin/10.244.0; PKG=... another k3s package, default build/lab-distros/k3s.tar.zst;
 #        ONLY=cs runs cargoship alone, for profiling; KEEP=1 keeps the work dir and its
 #        debug log cs-N.log)
@@ -13,8 +15,15 @@
 #              waited for until Ready through the leader's kubectl, release), checked after: N
 #              nodes Ready through h1's `k3s kubectl`
 #   reset      tests/lab/lab.sh reset 1..N: every host recreated from the images, as new
-#   Ansible    ansible-playbook -f N (Debian's ansible, Ansible's default ssh args, a fresh
-#              ControlPath dir, the lab's key and known_hosts through its ssh_config), the same
+#   floor      the same host work the leanest way by hand: OpenSSH with one ControlMaster per
+#              host; per host one tar stream over ssh (the same debs, the same files with their
+#              modes), then one ssh running apt-get install, apt-mark hold, the service link,
+#              supervise wait, sv up (and on h1 the wait for 6443): h1 first, the workers'
+#              uploads meanwhile, then the workers at once; then h1 polled until N nodes Ready
+#   reset      again, before Ansible
+#   Ansible    ansible-playbook -f N, tuned as a user would (pipelining on, ControlPersist 300 s,
+#              forks = hosts; a fresh ControlPath dir, the lab's key and known_hosts through its
+#              ssh_config), the same
 #              host work: upload the same debs (unpacked from the package: k3s-common + the
 #              role's k3s-server/k3s-agent) to the same staging dir, write the same
 #              /etc/rancher/k3s files (config.yaml, registries.yaml, token files: copied from
@@ -43,6 +52,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=("${@:-10 50}")
 read -r -a NS <<<"${SIZES[*]}"
+read -r -a RTTS <<<"${RTT_MS:-0}"
 export LAB_PREFIX=${LAB_PREFIX:-csin} LAB_NET=${LAB_NET:-10.244.0} LAB_INIT=runit LAB_OS=debian
 export LAB_STATE=${LAB_STATE:-/var/lib/cargoship-lab/$LAB_PREFIX}
 LAB=tests/lab/lab.sh
@@ -85,16 +95,19 @@ def mmm(xs):
     xs = sorted(xs + [0] * (n - len(xs)))  # hosts a phase did not concern spent nothing
     return "%3d-%3d-%3d" % (xs[0], xs[(n - 1) // 2], xs[-1])
 print("  %3s  %-46s %-11s %-11s %-11s %8s" % ("#", "phase (per host: min-median-max)", "plan reads", "run reads", "run writes", "run s"))
-tp = tr = tw = 0
+tp = tr = tw = tt = 0
 for p in doc["phases"]:
     hs = p["hosts"]
     pp = plan.get(p["id"], {"hosts": []})["hosts"]
-    r, w, q = [h["probes"] for h in hs], [h["writes"] for h in hs], [h["probes"] for h in pp]
+    r, w, q = [h["probes"] for h in hs], [h["writes"] for h in hs], [h.get("round_trips", h["probes"]) for h in pp]
+    t = [h.get("round_trips", 0) for h in hs]; tt += sum(t)
     tp += sum(q); tr += sum(r); tw += sum(w)
     note = "  +1 SSH connection" if p["id"] == "connect" else ""
     print("  %3d  %-46s %s %s %s %8.2f%s" % (p["number"], p["title"][:46], mmm(q), mmm(r), mmm(w), p["elapsed"], note))
 print("  total per host (mean): 1 connection + %.1f plan reads + %.1f run reads + %.1f run writes = %.1f round trips"
       % (tp / n, tr / n, tw / n, (tp + tr + tw) / n))
+print("  the transport's count (every command and file sent, sudo checks and lock beats included): plan %.1f + run %.1f"
+      " round trips per host" % (tp / n, tt / n))
 print("  (the report's own elapsed: %.2f s)" % doc["elapsed"])
 PY
 
@@ -117,6 +130,33 @@ timed() {
   awk -v a="$s" -v b="$e" -v h="$((h1 - h0))" '{printf "%.3f %.3f %d %.3f\n", b-a, $1+$2, $3, h/1e6}' "$WORK/$name.time"
 }
 case $mode in
+  floor)
+    cp=$(mktemp -d)
+    # shellcheck disable=SC2317  # run through xargs/timed
+    # one ControlMaster per host, opened by its first ssh and reused by the rest
+    fssh() { ssh -F "$CFG" -o ControlMaster=auto -o "ControlPath=$cp/%h" -o ControlPersist=300 "$@"; }
+    up() { tar -C "$WORK/floor-$N/$1" -cf - . | fssh "$1" 'tar -C / -xpf - --no-overwrite-dir --no-same-owner'; }
+    start() { fssh -n "$1" "$(cat "$WORK/floor-$N/$1.start")"; }
+    floor_run() {
+      local W; W=$(tail -n +2 "$WORK/hosts-$N")
+      { up h1 && start h1; } &
+      local c=$!
+      [ -z "$W" ] || xargs -P "$N" -I{} bash -c 'up "$1"' _ {} <<<"$W"
+      wait "$c"
+      [ -z "$W" ] || xargs -P "$N" -I{} bash -c 'start "$1"' _ {} <<<"$W"
+      until [ "$(fssh -n h1 'k3s kubectl get nodes --no-headers 2>/dev/null' | awk '$2 == "Ready"' | wc -l)" = "$N" ]; do
+        sleep 0.5
+      done
+      xargs -a "$WORK/hosts-$N" -P "$N" -I{} bash -c 'fssh -n -O exit "$1"' _ {} 2>/dev/null || true
+    }
+    export -f fssh up start floor_run; export WORK N CFG cp
+    timed "floor-$N" bash -c floor_run
+    rm -rf "$cp"
+    r=$(ready); [ "$r" = "$N" ] || { echo "floor: $r of $N nodes Ready" >&2; exit 1; }
+    sums >"$WORK/sums-floor-$N"
+    cmp -s "$WORK/sums-cs-$N" "$WORK/sums-floor-$N" \
+      || { echo "the floor's config.yaml differs from cargoship's:" >&2; diff "$WORK/sums-cs-$N" "$WORK/sums-floor-$N" >&2; exit 1; }
+    ;;
   cs)
     timed "cs-$N" "$BIN" apply "$WORK/cluster-$N.yaml" --distro "$PKG" --confirm \
       --concurrency "$N" --concurrent-uploads "$N" --output json --log-file "$WORK/cs-$N.log"
@@ -134,7 +174,8 @@ case $mode in
     ;;
   ans)
     cp=$(mktemp -d)
-    ANSIBLE_SSH_CONTROL_PATH_DIR=$cp ANSIBLE_NOCOLOR=1 ANSIBLE_RETRY_FILES_ENABLED=False \
+    ANSIBLE_SSH_CONTROL_PATH_DIR=$cp ANSIBLE_NOCOLOR=1 ANSIBLE_RETRY_FILES_ENABLED=False ANSIBLE_PIPELINING=True \
+      ANSIBLE_SSH_ARGS='-C -o ControlMaster=auto -o ControlPersist=300s' \
       timed "ans-$N" ansible-playbook -i "$WORK/inventory-$N.ini" -f "$N" "$WORK/install.yml"
     rm -rf "$cp"
     r=$(ready); [ "$r" = "$N" ] || { echo "Ansible: $r of $N nodes Ready" >&2; exit 1; }
@@ -191,6 +232,40 @@ templ() {  # FILE ADDR NAME
   sed -e "s/${2//./\\.}/{{ ansible_host }}/g" -e "s/\\b$3\\b/{{ inventory_hostname }}/g" "$1"
 }
 
+# the floor's files per host: the same bytes and modes cargoship wrote (a worker's config.yaml
+# is h2's with that host's address and name), and its start script
+floor_tree() {  # N CTRL
+  local n=$1 ctrl=$2 name addr role deb svc d c=$WORK/cfg-$1 a2
+  a2=$(sed -n 2p "$STATE/hosts.tsv" | cut -f2)
+  while IFS=$'\t' read -r name addr _ _; do
+    role=worker svc=k3s-agent deb=$(basename "$(ls "$WORK"/debs/k3s-agent_*.deb)")
+    [ "$name" = h1 ] && role=controller svc=k3s-server deb=$(basename "$(ls "$WORK"/debs/k3s-server_*.deb)")
+    d=$WORK/floor-$n/$name
+    rm -rf "$d"; mkdir -p "$d/var/lib/rancher/k3s/deb" "$d/etc/rancher/k3s"
+    install -m 0644 "$WORK/debs/$COMMON_DEB" "$WORK/debs/$deb" "$d/var/lib/rancher/k3s/deb/"
+    if [ "$role" = controller ]; then
+      install -m 0600 "$c/controller-config.yaml" "$d/etc/rancher/k3s/config.yaml"
+      install -m 0600 "$c/controller-token" "$d/etc/rancher/k3s/token"
+    else
+      sed -e "s/${a2//./\\.}/$addr/g" -e "s/\bh2\b/$name/g" "$c/worker-config.yaml" >"$d/etc/rancher/k3s/config.yaml"
+      chmod 0600 "$d/etc/rancher/k3s/config.yaml"
+    fi
+    install -m 0640 "$c/$role-registries.yaml" "$d/etc/rancher/k3s/registries.yaml"
+    install -m 0600 "$c/$role-agent-token" "$d/etc/rancher/k3s/agent-token"
+    {
+      echo 'set -e; cd /var/lib/rancher/k3s/deb'
+      echo "DEBIAN_FRONTEND=noninteractive apt-get -q -y install ./$COMMON_DEB ./$deb >/dev/null"
+      echo "apt-mark hold k3s-common $svc >/dev/null"
+      echo "ln -sfn /etc/sv/$svc /etc/service/$svc"
+      echo "until [ -e /etc/service/$svc/supervise/ok ]; do sleep 0.1; done"
+      echo "sv up /etc/service/$svc >/dev/null"
+      [ "$role" = worker ] || echo "until (exec 3<>/dev/tcp/$ctrl/6443) 2>/dev/null; do sleep 0.2; done"
+    } >"$WORK/floor-$n/$name.start"
+  done < <(head -n "$n" "$STATE/hosts.tsv")
+}
+
+for RTT in "${RTTS[@]}"; do
+if [ "$RTT" = 0 ]; then unset LAB_RTT_MS; else export LAB_RTT_MS=$RTT; fi
 for N in "${NS[@]}"; do
   $LAB down >/dev/null 2>&1 || true   # every host new: a lab left running may hold an earlier install
   $LAB up "$N" >/dev/null
@@ -227,22 +302,30 @@ for N in "${NS[@]}"; do
     $LAB down >/dev/null 2>&1; sed 's/^/  raw: /' "$WORK/result-$N"; python3 "$WORK/roundtrips.py" "$WORK/report-$N.json"
     continue
   fi
+  floor_tree "$N" "$CTRL"
   $LAB reset "${ALL[@]}" >/dev/null 2>&1
-  $LAB exec bash "$WORK/inlab.sh" ans "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
+  $LAB exec bash "$WORK/inlab.sh" floor "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
+  if [ "${SKIP:-}" != ans ]; then
+    $LAB reset "${ALL[@]}" >/dev/null 2>&1
+    $LAB exec bash "$WORK/inlab.sh" ans "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
+  fi
   $LAB down >/dev/null 2>&1
 
-  sed 's/^/  raw: /' "$WORK/result-$N"   # cargoship, then Ansible: wall cpu rss_kib hosts_cpu
-  awk -v n="$N" -v cores="$(nproc)" '
-    NR == 1 { w1 = $1; c1 = $2; m1 = $3; h1 = $4 } NR == 2 { w2 = $1; c2 = $2; m2 = $3; h2 = $4 }
+  sed 's/^/  raw: /' "$WORK/result-$N"   # cargoship, floor, then Ansible: wall cpu rss_kib hosts_cpu
+  awk -v n="$N" -v cores="$(nproc)" -v rtt="$RTT" -v load="$(cut -d' ' -f1-3 /proc/loadavg)" '
+    NR == 1 { w1 = $1; c1 = $2; m1 = $3; h1 = $4 } NR == 2 { wf = $1; cf = $2; mf = $3; hf = $4 }
+    NR == 3 { w2 = $1; c2 = $2; m2 = $3; h2 = $4 }
     END {
-      printf "k3s from nothing on %d debian/runit hosts (1 controller, %d workers; APT flavour); clients and hosts share this machine'"'"'s %d cores\n", n, n - 1, cores
+      printf "k3s from nothing on %d debian/runit hosts (1 controller, %d workers; APT flavour), RTT %s ms; clients and hosts share this machine'"'"'s %d cores (load after: %s)\n", n, n - 1, rtt, cores, load
       printf "  %-44s %8s %11s %11s %10s %6s\n", "", "wall s", "client cpu", "peak RSS", "hosts cpu", "cores"
       printf "  %-44s %8.2f %11.2f %7.1f MiB %10.2f %6.2f\n", "cargoship apply --distro (one run)", w1, c1, m1 / 1024, h1, (c1 + h1) / w1
-      printf "  %-44s %8.2f %11.2f %7.1f MiB %10.2f %6.2f\n", "ansible-playbook -f " n " (same host work)", w2, c2, m2 / 1024, h2, (c2 + h2) / w2
+      printf "  %-44s %8.2f %11.2f %7.1f MiB %10.2f %6.2f\n", "floor: OpenSSH ControlMaster, a script a host", wf, cf, mf / 1024, hf, (cf + hf) / wf
+      if (NR >= 3) printf "  %-44s %8.2f %11.2f %7.1f MiB %10.2f %6.2f\n", "ansible-playbook -f " n " (tuned, same work)", w2, c2, m2 / 1024, h2, (c2 + h2) / w2
       printf "  (cores = (client cpu + hosts cpu) / wall: near %d, the run was bound by this machine'"'"'s CPU)\n", cores
-      r = w2 / w1
-      printf "  Ansible / cargoship time: %.2fx (target >= 5x: %s)\n", r, (r >= 5) ? "met" : "NOT met"
+      printf "  cargoship / floor: %.2fx wall, %.2fx hosts cpu (target <= 1.15x: %s)\n", w1 / wf, h1 / hf, (w1 / wf <= 1.15 && h1 / hf <= 1.15) ? "met" : "NOT met"
+      if (NR >= 3) printf "  Ansible / cargoship time: %.2fx (target >= 5x: %s)\n", w2 / w1, (w2 / w1 >= 5) ? "met" : "NOT met"
     }' "$WORK/result-$N"
   echo "  SSH round trips per host per phase (the cargoship run's JSON report):"
   python3 "$WORK/roundtrips.py" "$WORK/report-$N.json"
+done
 done

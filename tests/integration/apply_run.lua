@@ -2,7 +2,8 @@
 --
 -- M.work() -> a fresh local directory; M.cluster(work, hosts, extra) writes work/cluster.yaml
 -- with every given lab host (the first a controller), `extra(i, h)` adding YAML under a host;
--- M.apply(work, args) -> {code, stdout, stderr, doc}; M.ssh(i, cmd) -> code, output (a new
+-- M.apply(work, args) -> {code, stdout, stderr, doc} (M.command(work, command, args): another pipeline
+-- command's); M.package(name) -> a lab-distros package's path; M.ssh(i, cmd) -> code, output (a new
 -- login every time); M.compare(plan, run) asserts a dry run's plan is what the run did,
 -- phase by phase, host by host, action by action (up to phase index `last` when given: a run
 -- that failed there skipped the rest; only phases of the set `unassessed` may be unassessed
@@ -39,9 +40,14 @@ function M.cluster(work, hosts, extra)
 end
 
 function M.apply(work, args)
+  return M.command(work, "apply", args)
+end
+
+-- M.command(work, command, args) -> as M.apply, for another pipeline command (engine-config-sync, prepare).
+function M.command(work, command, args)
   local out, err = os.tmpname(), os.tmpname()
-  local _, how, code = os.execute(string.format("env HOME=%s %s apply --output json %s %s </dev/null >%s 2>%s",
-    q(work), q(lab.bin), args, q(work .. "/cluster.yaml"), q(out), q(err)))
+  local _, how, code = os.execute(string.format("env HOME=%s %s %s --output json %s %s </dev/null >%s 2>%s",
+    q(work), q(lab.bin), command, args, q(work .. "/cluster.yaml"), q(out), q(err)))
   local r = { code = how == "exit" and code or (128 + code), stdout = lab.read(out), stderr = lab.read(err) }
   os.remove(out)
   os.remove(err)
@@ -49,6 +55,14 @@ function M.apply(work, args)
   assert(ok, "stdout is not JSON (exit " .. r.code .. "): " .. r.stdout:sub(1, 300) .. "\n" .. r.stderr)
   r.doc = doc
   return r
+end
+
+-- M.package(name) -> the path of lab-distros/<name>.tar.zst in the build, which must exist.
+function M.package(name)
+  local build = os.getenv("CARGOSHIP_BUILD_DIR") or (lab.src .. "/build")
+  local path = build .. "/lab-distros/" .. name .. ".tar.zst"
+  assert(io.open(path), path .. " is missing: build the lab-distros target (cmake --build build -t lab-distros)")
+  return path
 end
 
 function M.ssh(i, cmd)
@@ -69,11 +83,11 @@ local function planned_part(a)
   return p
 end
 
--- A real run that stopped at its plan because nothing was pending ("nothing to apply"):
+-- A real run that stopped at its plan because nothing was pending ("nothing to apply", "... to sync"):
 -- it ran no phase, took no lock, and its plan had no work.
 function M.stopped_at_plan(doc)
   return doc.dry_run == false and doc.outcome == "ok" and type(doc.error) == "string"
-    and doc.error:find("nothing to apply", 1, true) ~= nil
+    and doc.error:find("^nothing to %a+$") ~= nil
 end
 
 -- A phase's verdict in a run, or, for a run that stopped at a plan with nothing to do,

@@ -105,23 +105,7 @@ end
 
 -- Starts `cargoship args` in the background; signal (or nothing) once ready() returns;
 -- -> exit code, seconds from the signal (or the start) to the exit, stdout, stderr.
-local function run_bin(args, ready, signal)
-  local out, err, pidf = os.tmpname(), os.tmpname(), os.tmpname()
-  local inner = string.format("echo $$ > %s; exec %s %s", pidf, q(lab.bin), args)
-  local p = io.popen(string.format("env HOME=%s sh -c %s </dev/null >%s 2>%s & wait $!; echo $?", q(work),
-    q(inner), q(out), q(err)))
-  local t0 = util.now()
-  if ready then
-    ready()
-    t0 = util.now()
-    if signal then os.execute("kill -" .. signal .. " " .. read(pidf):match("%d+")) end
-  end
-  local code = tonumber(p:read("a"):match("%d+"))
-  p:close()
-  local r = { code = code, secs = util.now() - t0, stdout = read(out), stderr = read(err) }
-  os.remove(out); os.remove(err); os.remove(pidf)
-  return r
-end
+local function run_bin(args, ready, signal, env) return lab.run_bin(work, args, ready, signal, env) end
 
 -- The lines of `cargoship unlock` for the cluster: "hN: not locked" when no lock is left.
 local function locks(path)

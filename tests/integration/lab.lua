@@ -32,6 +32,21 @@ function M.find(os_name, init)
   error("the lab has no " .. tostring(os_name) .. "/" .. tostring(init) .. " host")
 end
 
+-- M.pick(os_name, init) -> index, host: the first host of that flavour, by its index (what
+-- `lab.sh reset I` and run.ssh take).
+function M.pick(os_name, init)
+  for i, h in ipairs(M.hosts()) do
+    if h.os == os_name and h.init == init then return i, h end
+  end
+  error("the lab has no " .. os_name .. "/" .. init .. " host")
+end
+
+-- M.must(args): `lab.sh ARGS`, which must succeed (its output is the error otherwise).
+function M.must(args)
+  local code, out = M.lab(args)
+  assert(code == 0, "lab.sh " .. args .. ": " .. out)
+end
+
 -- The transport the host-facing specs run on: CARGOSHIP_LAB_TRANSPORT=libssh2 (the default,
 -- `ssh:` blocks) or openssh (`openSSH:` blocks, the system's ssh); ctest runs them once each.
 M.transport = os.getenv("CARGOSHIP_LAB_TRANSPORT") or "libssh2"
@@ -76,6 +91,30 @@ end
 
 function M.lab(args)
   return M.sh(M.src .. "/tests/lab/lab.sh " .. args)
+end
+
+-- Runs `cargoship ARGS` in the background with HOME=work (env: "VAR=value ..." before it, stdin
+-- /dev/null); when ready is given, calls it while the run goes on, then sends the run signal
+-- (INT, KILL, ...), if given. -> {code, secs (from the signal, or the start), stdout, stderr, all}
+function M.run_bin(work, args, ready, signal, env)
+  local q = require("cargoship.util").quote
+  local now = require("cargoship.util").now
+  local out, err, pidf = os.tmpname(), os.tmpname(), os.tmpname()
+  local inner = string.format("echo $$ > %s; exec %s %s", pidf, q(M.bin), args)
+  local p = io.popen(string.format("env HOME=%s %s sh -c %s </dev/null >%s 2>%s & wait $!; echo $?", q(work),
+    env or "", q(inner), q(out), q(err)))
+  local t0 = now()
+  if ready then
+    ready()
+    t0 = now()
+    if signal then os.execute("kill -" .. signal .. " " .. M.read(pidf):match("%d+")) end
+  end
+  local code = tonumber(p:read("a"):match("%d+"))
+  p:close()
+  local r = { code = code, secs = now() - t0, stdout = M.read(out), stderr = M.read(err) }
+  r.all = r.stdout .. r.stderr
+  os.remove(out); os.remove(err); os.remove(pidf)
+  return r
 end
 
 -- Files under a host's overlay upper dir with their sha256, for "wrote nothing" proofs.

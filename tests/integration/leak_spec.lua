@@ -1,4 +1,4 @@
--- Leak check of the SSH runtime: 20 lab hosts connected, used and closed under valgrind.
+-- Leak check of the SSH runtime: 20 lab hosts connected, used and closed under valgrind; transfers cut mid-write.
 local lab = require "integration.lab"
 
 describe("ssh runtime memory", function()
@@ -43,6 +43,56 @@ print("closed 20 sessions")
       .. "--show-leak-kinds=definite,indirect --error-exitcode=33 lua5.4 " .. script)
     os.remove(script)
     assert.matches("closed 20 sessions", out, 1, true)
+    assert.matches("definitely lost: 0 bytes", out, 1, true)
+    assert.matches("indirectly lost: 0 bytes", out, 1, true)
+    assert.are.equal(0, code, out:sub(-3000))
+  end)
+
+  -- A put cut off mid-write (its task cancelled, then a put timed out mid-pipeline) leaves an
+  -- SFTP handle with ~256 KiB of writes in flight that libssh2 1.10 frees neither at the cut
+  -- nor at session free (runtime/ssh_sftp.c op_cleanup). One host; ~15 s under valgrind.
+  it("leaks nothing after transfers cut off mid-write", function()
+    local h = lab.hosts()[1]
+    local big = os.tmpname()
+    assert(os.execute("truncate -s 64M " .. big))   -- sparse: no disk used
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(string.format([[
+package.path = %q .. "/lua/?.lua;" .. package.path
+package.cpath = %q .. "/lib/?.so;" .. package.cpath
+local loop = require "cargoship.loop"
+local ssh = require "cargoship.ssh"
+local ok, err = loop.run(function()
+  local kh = assert(ssh.known_hosts(%q))
+  for _ = 1, 2 do
+    local s = assert(ssh.connect { address = %q, user = "root", key_path = %q, known_hosts = kh, timeout = 120 })
+    -- 1 KiB offers: a put slow enough to be cut mid-write, however fast the link
+    local t = loop.spawn(function() return s:sftp_put(%q, "/tmp/leak-cut", { offer = 1024 }) end)
+    loop.sleep(0.5)
+    t:cancel()
+    local _, finished, bytes, perr = pcall(t.join, t)
+    assert(not finished, "the put ended before it was cut: " .. tostring(bytes or perr))
+    s:close()
+  end
+  local s = assert(ssh.connect { address = %q, user = "root", key_path = %q, known_hosts = kh, timeout = 120 })
+  s:sftp_put(%q, "/tmp/leak-cut", { timeout = 0.3, offer = 1024 })   -- cut by its timeout, or not: no leak either way
+  s:close()
+  s = assert(ssh.connect { address = %q, user = "root", key_path = %q, known_hosts = kh, timeout = 120 })
+  assert(s:exec("rm -f /tmp/leak-cut"))
+  s:close()
+end)
+assert(ok, err)
+collectgarbage()
+print("cut 3 transfers")
+]], lab.src, os.getenv("CARGOSHIP_BUILD_DIR"), lab.known_hosts, h.address, lab.key, big, h.address, lab.key, big,
+      h.address, lab.key))
+    f:close()
+    local code, out = lab.sh("valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect "
+      .. "--suppressions=" .. lab.src .. "/tests/integration/valgrind-glibc.supp "
+      .. "--show-leak-kinds=definite,indirect --error-exitcode=33 lua5.4 " .. script)
+    os.remove(script)
+    os.remove(big)
+    assert.matches("cut 3 transfers", out, 1, true)
     assert.matches("definitely lost: 0 bytes", out, 1, true)
     assert.matches("indirectly lost: 0 bytes", out, 1, true)
     assert.are.equal(0, code, out:sub(-3000))

@@ -124,6 +124,12 @@ describe("openSSH session kind", function()
       local ports = {}
       for i = 1, 2 do ports[i] = assert(c:exec("echo $SSH_CLIENT")):match("^%S+ (%d+)") end
       assert.are_not.equal(ports[1], ports[2])   -- two TCP connections
+      -- each handshake is paced until ssh's LocalCommand says it is in; that line is ours,
+      -- never part of the command's stderr
+      local out, err, code = c:exec("echo out; echo err >&2")
+      assert.are.same({ "out\n", "err\n", 0 }, { out, err, code })
+      -- the session's check at connect and the three commands: four paced handshakes
+      assert.are.equal(4, t.pacer:stats().opened)
       t:close_all()
     end)
   end)

@@ -4,8 +4,9 @@
 -- login has the environment, every host resolves every other by FQDN and short name
 -- (`getent hosts`), lines outside the managed block are untouched, the dry run before the run
 -- is what the run did (JSON compared) and wrote no byte, and a second run writes nothing. A
--- kernel module the lab cannot load (no modprobe in a namespace host) fails the phase with
--- the module named, after its boot file was written. Uses every host of the lab it runs in.
+-- kernel module the lab cannot load (no modprobe in a namespace host) is foretold by the
+-- dry run on every host, the module named, and the real run refuses at the plan, writing
+-- nothing (issue 23). Uses every host of the lab it runs in.
 local util = require "cargoship.util"
 local lab = require "integration.lab"
 local run = require "integration.apply_run"
@@ -44,7 +45,7 @@ end
 local function reset()
   each_host("sysctl -qw net.ipv4.ip_forward=0 net.ipv4.tcp_keepalive_time=7200;"
     .. " rm -f /etc/sysctl.d/99-cargoship.conf /etc/modules-load.d/overlay.conf /etc/modules-load.d/br_netfilter.conf;"
-    .. " sed -i '/^CS_PREP_/d' /etc/environment;"
+    .. " sed -i '/^CS_PREP_/d' /etc/environment; rm -rf /var/lib/cargoship/prepare;"
     .. " sed -i '/^# BEGIN cargoship/,/^# END cargoship/d; /operator-line/d' /etc/hosts; echo "
     .. q(OPERATOR_LINE) .. " >> /etc/hosts")
 end
@@ -87,8 +88,9 @@ describe("apply -H with a package's env, sysctl and modules", function()
     assert.are.equal(N, #prep.hosts)
     local kinds = {}
     for i, a in ipairs(prep.hosts[1].actions) do kinds[i] = a.kind .. " " .. (a.path or a.name or a.cmd) end
-    assert.are.same({ "write /etc/environment", "step reconnect", "write /etc/sysctl.d/99-cargoship.conf",
-      "run sysctl -p '/etc/sysctl.d/99-cargoship.conf'", "write /etc/modules-load.d/overlay.conf" }, kinds,
+    assert.are.same({ "write /var/lib/cargoship/prepare/environment", "write /etc/environment", "step reconnect",
+      "write /etc/sysctl.d/99-cargoship.conf", "run sysctl -p '/etc/sysctl.d/99-cargoship.conf'",
+      "write /var/lib/cargoship/prepare/modules", "write /etc/modules-load.d/overlay.conf" }, kinds,
       "overlay is built into the lab's kernel: its file is written, nothing is loaded")
     assert.are.equal("would_act", hosts.verdict)
     for _, h in ipairs(hosts.hosts) do assert.are.same({ "write", "/etc/hosts" }, { h.actions[1].kind,
@@ -141,19 +143,91 @@ describe("apply -H with a package's env, sysctl and modules", function()
 end)
 
 describe("a kernel module the host cannot load", function()
-  it("fails the phase naming the module, after writing its boot file", function()
+  it("is foretold by the dry run on every host, naming the module; the real run refuses at the plan", function()
     local plan = run.apply(work, "--dry-run" .. pkg_args("badmod"))
     assert.are.equal(3, plan.code, plan.stderr)
+    assert.are.equal(N, plan.doc.predicted)
+    for _, h in ipairs(run.phase(plan.doc, "validate_hosts").hosts) do
+      assert.are.same({ "kernel module br_netfilter cannot be loaded: not loaded, not built in, and modprobe does not"
+        .. " find it" }, h.predicted)
+    end
     local r = run.apply(work, "--confirm" .. pkg_args("badmod"))
     assert.are.equal(1, r.code, r.stderr)
-    local prep = run.phase(r.doc, "prepare_hosts")
-    run.compare(plan.doc, r.doc, prep.index)
-    assert.are.equal("failed", prep.verdict)
-    for _, h in ipairs(prep.hosts) do
-      assert.matches("kernel module(s) failed to load: br_netfilter (", h.error, 1, true)
-      local last = h.actions[#h.actions]
-      assert.are.same({ "run", "load kernel module br_netfilter", "failed" }, { last.kind, last.say, last.outcome })
+    assert.are.equal("refused", r.doc.outcome)
+    each_host("test ! -e /etc/modules-load.d/br_netfilter.conf")
+  end)
+end)
+
+-- `cargoship prepare` (issue 21): on fresh hosts it makes the changes apply's phases 8-11 make, byte for byte.
+-- Two hosts (the lab's second and third: rocky/systemd and debian/runit, so phase 9 installs
+-- container-selinux on one), each reset to new by `lab.sh reset` before each command; their
+-- upper dirs (every file written, with type, mode, owner and sha256; no mtimes) are compared.
+-- About 30 s on a quiet machine.
+describe("cargoship prepare on fresh hosts", function()
+  local PAIR = { 2, 3 }
+  local pwork
+
+  local function fresh()
+    local code, out = lab.lab("reset " .. table.concat(PAIR, " "))
+    assert(code == 0, "lab.sh reset: " .. out)
+  end
+
+  -- The package manager's own books (dnf's logs, history and cache, the rpm database) hold
+  -- the time of the install: for those the paths and modes are compared, not the bytes.
+  local BOOKS = { "^/var/log/", "^/var/lib/dnf/history", "^/var/cache/dnf/", "^/var/lib/rpm/rpmdb%.sqlite$" }
+  local function trees()
+    local s = {}
+    for _, i in ipairs(PAIR) do
+      local _, dir = lab.lab("upper " .. i)
+      s[i] = lab.tree_snapshot(dir:gsub("%s+$", ""), run.IGNORE, { xdev = true })
+      for path, line in pairs(s[i]) do
+        for _, b in ipairs(BOOKS) do
+          if path:match(b) then s[i][path] = line:gsub(" sha256:%x+", "") end
+        end
+      end
     end
-    each_host("test -s /etc/modules-load.d/br_netfilter.conf")
+    return s
+  end
+
+  local function changes(cmd, args)
+    fresh()
+    local before = trees()
+    local r = run.command(pwork, cmd, args)
+    assert.are.equal(0, r.code, r.stderr .. r.stdout:sub(1, 1500))
+    local after, out = trees(), {}
+    for _, i in ipairs(PAIR) do out[i] = lab.snapshot_diff(before[i], after[i]) end
+    return out, r
+  end
+
+  setup(function()
+    pwork = run.work()
+    run.cluster(pwork, { HOSTS[PAIR[1]], HOSTS[PAIR[2]] }, function(i)
+      if i == 1 then return "      environment: {CS_PREP_ROLE: controller}" end
+    end)
+  end)
+  teardown(function()
+    pcall(fresh)
+    if pwork then os.execute("rm -rf " .. q(pwork)) end
+  end)
+
+  it("writes the same bytes as apply's phases 8-11; kernel modules only with --enable-kernel-modules", function()
+    local pkg = " --distro " .. q(run.built(work .. "/good/distro.yaml"))
+    local by_prepare, r = changes("prepare", "--confirm --enable-kernel-modules" .. pkg)
+    local ids = {}
+    for _, p in ipairs(r.doc.phases) do ids[#ids + 1] = math.tointeger(p.number) .. " " .. p.id end
+    assert.are.same({ "1 connect", "2 detect_os", "3 acquire_lock", "4 prepare_hosts", "5 enterprise_linux",
+      "6 fapolicyd", "7 selinux_policy", "8 kernel_modules", "9 release_lock", "10 disconnect" }, ids)
+    local by_apply = changes("apply", "--confirm --skip-phases 12-29" .. pkg)
+    for _, i in ipairs(PAIR) do
+      assert.is_true(#by_apply[i] > 3, "h" .. i .. ": apply changed little: " .. table.concat(by_apply[i], "\n"))
+      assert.are.same(by_apply[i], by_prepare[i], "h" .. i)
+    end
+    local joined = table.concat(by_prepare[PAIR[1]], "\n")
+    assert.matches("/etc/modules-load.d/overlay.conf", joined, 1, true)
+    assert.matches("/etc/sysctl.d/99-cargoship.conf", joined, 1, true)
+    local without = changes("prepare", "--confirm" .. pkg)
+    for _, i in ipairs(PAIR) do
+      assert.is_nil(table.concat(without[i], "\n"):find("modules-load.d/overlay", 1, true), "h" .. i)
+    end
   end)
 end)

@@ -16,20 +16,29 @@
 # `lab.sh exec CMD...`.
 #
 # Usage:
-#   lab.sh up N           hosts h1..hN (1..200); declarative and idempotent
+#   lab.sh up N           hosts h1..hN (1..200; 1..2000 with a /16 LAB_NET); declarative
+#                         and idempotent
 #   lab.sh down           remove every host, the lab netns, cgroups, state
 #   lab.sh reset I...     recreate hosts hI... as new (same flavour, new host key)
+#   lab.sh reboot I...    power-cycle hosts hI...: every process killed, PID 1 started
+#                         again on the same disk (upper dir kept; /run, /tmp fresh)
 #   lab.sh status         one line for the lab, one per host
 #   lab.sh exec CMD...    run CMD inside the lab network namespace
 #   lab.sh ssh I CMD...   OpenSSH to host hI from inside the lab
 #   lab.sh upper I        path of host hI's overlay upper dir
 #   lab.sh pid I          host hI's PID 1 as seen from the machine
 #   lab.sh link I up|down set host hI's link up/down (it stops answering)
+#   lab.sh sshd I [LINE]  set sshd_config LINE on host hI only (e.g. 'MaxStartups 3'),
+#                         none: back to the defaults; sshd reloads, sessions stay
 #   lab.sh purge          down + delete the cached rootfs and layers
 # Environment (see README.md):
-#   LAB_PREFIX (cs)  LAB_NET (10.250.0)  LAB_STATE  LAB_CACHE  LAB_MIRROR
+#   LAB_PREFIX (cs)  LAB_NET (10.250.0: a /24; a.b: a /16, one bridge per 200 hosts)
+#   LAB_STATE  LAB_CACHE  LAB_MIRROR
 #   LAB_OS (debian|rocky, comma list cycled over hosts)
 #   LAB_INIT (systemd|runit, comma list cycled over hosts; default systemd)
+#   LAB_BOOT_WAIT (180: seconds a systemd host may take to boot)
+#   LAB_RTT_MS (unset: plain veth links; a number: each host's link is a
+#     user-space delay relay, tests/lab/delay.c, giving that round-trip time)
 # Needs: root, util-linux, iproute2, openssh-client, debootstrap.
 set -euo pipefail
 umask 022   # the upper-dir seeding relies on dirs being created 0755
@@ -55,6 +64,15 @@ SELF=$(readlink -f "$0")
 # cgroup2 mount: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
 # (v1 + v2) machine like this one (check: findmnt -t cgroup2)
 CG2=$(findmnt -rn -t cgroup2 -o TARGET 2>/dev/null | head -1 || true)   # empty inside `ip netns exec` (it remounts /sys)
+# Inside `lab.sh exec` (a spec calling reset or reboot): `ip netns exec` gave us a mount
+# namespace of our own with a fresh /sys, so mount the unified hierarchy there. Without it a
+# host (re)started from a spec joined no cgroup of its own, and every such systemd host took
+# the machine's root cgroup for its tree: two of them shared /system.slice/ssh.service, and
+# one stopping a unit killed the other's processes.
+if [ -z "$CG2" ] && [ "$(id -u)" = 0 ] && [ -d /sys/fs/cgroup ] && [ -z "$(ls -A /sys/fs/cgroup 2>/dev/null)" ] \
+   && [ -n "$(ip netns identify 2>/dev/null)" ] && mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null; then
+  CG2=/sys/fs/cgroup
+fi
 
 log() { echo "lab[$PREFIX]: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -65,7 +83,23 @@ H=$STATE/hosts                # per-host state: $H/hN/{upper,work,merged,pid,fla
 # Names end up in interface names (IFNAMSIZ: 15 chars incl. "v200"), netns
 # and cgroup names: keep them short and boring.
 [[ $PREFIX =~ ^[a-z][a-z0-9]{0,9}$ ]] || die "LAB_PREFIX must match [a-z][a-z0-9]{0,9}"
-[[ $NET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "LAB_NET must be a /24 prefix like 10.250.0"
+# LAB_NET a.b.c: one /24 on one bridge (hosts .11-.210). LAB_NET a.b ("wide"): a /16 for
+# big labs, 200 hosts per /24 a.b.K.0/24 on bridge ${BR}K (a Linux bridge takes at most 1024
+# ports), the lab netns routing between them.
+WIDE=0
+if [[ $NET =~ ^[0-9]{1,3}\.[0-9]{1,3}$ ]]; then WIDE=1
+else [[ $NET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "LAB_NET must be a /24 prefix like 10.250.0 (or a /16 like 10.160)"; fi
+PER_BR=200
+# host_net I: sets IP, GW and HBR (host hI's address, gateway and bridge); no subshell, so
+# loops over 1000 hosts stay cheap
+host_net() {
+  if [ "$WIDE" = 1 ]; then
+    local b=$((($1 - 1) / PER_BR))
+    IP=$NET.$b.$((11 + ($1 - 1) % PER_BR)) GW=$NET.$b.1 HBR=$BR$b
+  else
+    IP=$NET.$((10 + $1)) GW=$NET.1 HBR=$BR
+  fi
+}
 
 # ======================================================================
 # Cached images: base rootfs and layers (shared by all prefixes)
@@ -413,6 +447,8 @@ host_down() {  # I
   if [ -d "$cg" ]; then   # wait until the cgroup is empty (zombies don't count)
     t=500; while grep -q '^populated 1' "$cg/cgroup.events" 2>/dev/null && [ $((t -= 1)) -gt 0 ]; do sleep 0.02; done
   fi
+  # the delay relay (LAB_RTT_MS) lives in the lab's netns: its own pid file
+  if [ -s "$d/relay.pid" ]; then read -r p <"$d/relay.pid"; kill -KILL "$p" 2>/dev/null || true; fi
   # 2. belt and braces: anything still in the host's netns is killed by pid
   if [ -e "/run/netns/$PREFIX-h$i" ]; then
     for p in $(ip netns pids "$PREFIX-h$i" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
@@ -434,8 +470,9 @@ host_down() {  # I
 # sshd's StrictModes). Once mounted, write only through the host's view
 # (/proc/PID/root), never into the upper dir.
 host_seed() {  # I OS INIT [firewalld-running|firewalld-stopped]
-  local i=$1 h=h$1 d u ip w
-  d=$H/h$i ip=$NET.$((10 + i))
+  local i=$1 h=h$1 d u ip w IP GW HBR
+  host_net "$i"
+  d=$H/h$i ip=$IP
   mkdir -p "$d/upper/etc/ssh/authorized_keys" "$d/work" "$d/merged"
   mkdir -m 711 "$d/containerd"   # bind-mounted at /var/lib/containerd (see build_rootfs)
   if [ "${4:-}" = firewalld-stopped ]; then
@@ -462,23 +499,52 @@ host_seed() {  # I OS INIT [firewalld-running|firewalld-stopped]
   ssh-keygen -q -t ed25519 -N '' -C "root@$h" -f "$d/upper/etc/ssh/ssh_host_ed25519_key"
 }
 
+# LAB_RTT_MS: instead of a veth pair, each host's link is two taps joined by
+# cs-lab-delay (tests/lab/delay.c), which holds every frame RTT/2 each way:
+# the kernel here has no netem. Built on first use from the source (or
+# LAB_DELAY_BIN); frames between two hosts cross two relays, each holding
+# them RTT/4, so every pair sees the same RTT. Its pid is kept in the host's dir and killed by host_down.
+delay_bin() {
+  local src=${SELF%/*}/delay.c bin=${LAB_DELAY_BIN:-$STATE/cs-lab-delay}
+  if [ -z "${LAB_DELAY_BIN:-}" ] && { [ ! -x "$bin" ] || [ "$src" -nt "$bin" ]; }; then
+    cc -std=c11 -O2 -Wall -Wextra -Werror -o "$bin.tmp" "$src" && mv "$bin.tmp" "$bin" || die "building $bin failed"
+  fi
+  echo "$bin"
+}
+delay_wire() {  # I...
+  local i bin us
+  [[ $LAB_RTT_MS =~ ^[0-9]{1,5}$ ]] || die "LAB_RTT_MS must be a whole number of milliseconds"
+  bin=$(delay_bin) us=$((LAB_RTT_MS * 500))
+  for i in "$@"; do
+    mkdir -p "$H/h$i"
+    "$bin" "/run/netns/$PREFIX-h$i" eth0 "/run/netns/$LABNS" "${PREFIX}v$i" "$us" "$NET.1" >"$H/h$i/relay.pid" 7>&- 8>&- 9>&- \
+      2>>"$H/h$i/relay.log" || die "h$i: cs-lab-delay failed (see $H/h$i/relay.log)"
+    echo "$LAB_RTT_MS" >"$H/h$i/rtt"
+    printf 'link set eth0 address 02:6c:61:62:%02x:%02x\n' $((i / 256)) $((i % 256)) | ip -n "$PREFIX-h$i" -batch -
+  done
+  for i in "$@"; do printf 'link set %s master %s up\n' "${PREFIX}v$i" "$BR"; done | ip -n "$LABNS" -batch -
+}
+
 # Network for hosts I...: a netns each and a veth pair created from the lab
 # (one `ip -batch` for all), lab end on the bridge, host end eth0 (addressed
 # by the host itself in host_init, so that part runs in parallel). Fixed MAC
 # per host: a re-created host keeps its MAC, so peers' ARP caches stay valid
 # (a new MAC on a known IP costs ~30 s of timeouts).
 hosts_wire() {  # I...
-  local i
+  local i IP GW HBR
   for i in "$@"; do ip netns add "$PREFIX-h$i"; done
+  if [ -n "${LAB_RTT_MS:-}" ]; then delay_wire "$@"; return; fi
   for i in "$@"; do
+    host_net "$i"
     printf 'link add %s type veth peer name eth0 netns %s address 02:6c:61:62:%02x:%02x\nlink set %s master %s up\n' \
-      "${PREFIX}v$i" "$PREFIX-h$i" $((i / 256)) $((i % 256)) "${PREFIX}v$i" "$BR"
+      "${PREFIX}v$i" "$PREFIX-h$i" $((i / 256)) $((i % 256)) "${PREFIX}v$i" "$HBR"
   done | ip -n "$LABNS" -batch -
 }
 
 host_start() {  # I INIT
-  local i=$1 init=$2 h=h$1 d cg
+  local i=$1 init=$2 h=h$1 d cg IP GW HBR
   d=$H/h$i cg=$CG2/$CGNAME/h$i
+  host_net "$i"
   # Each host gets its own cgroup (one cgroup.kill ends it) and a cgroup
   # namespace rooted there: systemd needs a writable cgroup2 tree of its own.
   mkdir -p "$cg"
@@ -489,7 +555,7 @@ host_start() {  # I INIT
   ( echo "$BASHPID" >"$cg/cgroup.procs"
     exec setsid nsenter --net="/run/netns/$PREFIX-$h" \
       unshare --mount --propagation private --uts --ipc --pid --cgroup --kill-child \
-      "$SELF" _init "$STATE" "$h" "$init" "$NET.$((10 + i))" "$NET.1" ) >"$d/console.log" 2>&1 </dev/null 7>&- 8>&- 9>&- &
+      "$SELF" _init "$STATE" "$h" "$init" "$IP" "$GW" ) >"$d/console.log" 2>&1 </dev/null 7>&- 8>&- 9>&- &
   echo $! >"$d/pid"
 }
 
@@ -499,7 +565,9 @@ host_init() {  # STATE hN INIT ADDRESS GATEWAY
   m=$d/merged
   # the default route points at the bridge, but the lab neither forwards nor
   # has an uplink: nothing a host sends can leave the lab
-  printf 'link set lo up\naddr add %s/24 dev eth0\nlink set eth0 up\nroute add default via %s\n' "$4" "$5" | ip -batch -
+  # flushed first: a rebooted host finds its eth0 (its netns outlives PID 1) addressed
+  printf 'link set lo up\naddr flush dev eth0\naddr add %s/24 dev eth0\nlink set eth0 up\nroute add default via %s\n' \
+    "$4" "$5" | ip -batch -
   mount -t overlay overlay -o "lowerdir=$(cat "$d/lower"),upperdir=$d/upper,workdir=$d/work" "$m"
   mount -t proc proc "$m/proc"                   # our PID namespace
   mount -t sysfs sysfs "$m/sys"                  # sysfs of our netns: /sys/class/net = lo, eth0
@@ -548,20 +616,22 @@ host_init() {  # STATE hN INIT ADDRESS GATEWAY
 # ======================================================================
 
 write_files() {  # N: client files for hosts 1..N, each written to .tmp and renamed
-  local n=$1 i f os init t key role k=$STATE/id_ed25519
+  local n=$1 i f os init t key role k=$STATE/id_ed25519 IP GW HBR
   { echo "# generated by lab.sh; use inside the lab: lab.sh exec ssh -F $STATE/ssh_config h1"
     for i in $(seq 1 "$n"); do
-      printf 'Host h%s %s\n  HostName %s\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n' "$i" "$NET.$((10 + i))" "$NET.$((10 + i))" "$k"
+      host_net "$i"
+      printf 'Host h%s %s\n  HostName %s\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n' "$i" "$IP" "$IP" "$k"
       printf '  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n' "$STATE/known_hosts"
       printf '  BatchMode yes\n  ConnectTimeout 10\n  LogLevel ERROR\n'
     done
   } >"$STATE/ssh_config.tmp"
   for i in $(seq 1 "$n"); do
     read -r t key _ <"$H/h$i/upper/etc/ssh/ssh_host_ed25519_key.pub"
-    echo "h$i,$NET.$((10 + i)) $t $key"
+    host_net "$i"
+    echo "h$i,$IP $t $key"
   done >"$STATE/known_hosts.tmp"
   { echo "[lab]"
-    for i in $(seq 1 "$n"); do echo "h$i ansible_host=$NET.$((10 + i))"; done
+    for i in $(seq 1 "$n"); do host_net "$i"; echo "h$i ansible_host=$IP"; done
     printf '[lab:vars]\nansible_user=root\nansible_python_interpreter=/usr/bin/python3\n'
     printf "ansible_ssh_common_args='-F %s'\n" "$STATE/ssh_config"
   } >"$STATE/inventory.ini.tmp"
@@ -569,13 +639,15 @@ write_files() {  # N: client files for hosts 1..N, each written to .tmp and rena
     printf '  config:\n    loadbalancer: h1.lab.internal\n  hosts:\n'
     for i in $(seq 1 "$n"); do   # h1 is the (only) controller, all others are workers
       role=worker; [ "$i" != 1 ] || role=controller
+      host_net "$i"
       printf '    - role: %s\n      ssh:\n        address: %s\n        user: root\n        keyPath: %s\n' \
-        "$role" "$NET.$((10 + i))" "$k"
+        "$role" "$IP" "$k"
     done
   } >"$STATE/cluster.yaml.tmp"
   for i in $(seq 1 "$n"); do
     read -r os init _ <"$H/h$i/flavour"
-    printf 'h%s\t%s\t%s\t%s\n' "$i" "$NET.$((10 + i))" "$os" "$init"
+    host_net "$i"
+    printf 'h%s\t%s\t%s\t%s\n' "$i" "$IP" "$os" "$init"
   done >"$STATE/hosts.tsv.tmp"
   for f in ssh_config known_hosts inventory.ini cluster.yaml hosts.tsv; do mv "$STATE/$f.tmp" "$STATE/$f"; done
 }
@@ -606,8 +678,18 @@ raise_inotify() {
 
 # Creates hosts ${todo[@]} of flavour ${fl[i]} and waits until hosts 1..$n all answer
 # (bash's dynamic scope: the caller's locals n, fl and todo).
+# A systemd host has booted when its job queue is empty and /run/nologin is gone: until
+# systemd-user-sessions removes it, sshd (pam_nologin) lets root in but closes every other
+# user's session ("Connection closed"), so a spec logging in as tb at once would fail. Early
+# in a boot systemctl may answer "offline" (no bus yet): asked again. The state is printed
+# last, so a wait cut short by timeout prints nothing. Bounded by BOOT_WAIT seconds (a loaded
+# machine boots 50 hosts slowly).
+BOOTED='until st=$(systemctl is-system-running --wait 2>/dev/null); [ "$st" = running ] || [ "$st" = degraded ]
+do sleep 0.2; done; while [ -e /run/nologin ]; do sleep 0.1; done; echo "$st"'
+BOOT_WAIT=${LAB_BOOT_WAIT:-180}
+
 start_hosts() {
-  local i p ips states h init bad="" seeding=()
+  local i p ips states h init bad="" seeding=() IP GW HBR
   # seed in parallel (ssh-keygen dominates), wire all at once, then start
   # all (each host addresses its own eth0 while it boots)
   # shellcheck disable=SC2086  # fl[i] is "OS INIT [FIREWALLD]"
@@ -619,27 +701,47 @@ start_hosts() {
   # Wait from inside the lab until every sshd accepts connections; a host
   # whose unshare died meanwhile (e.g. a mount failed in _init) is reported
   # at once instead of after the timeout (/proc is the machine's in the lab).
-  ips=$(for i in $(seq 1 "$n"); do echo "h$i:$NET.$((10 + i)):$(unshare_pid "$i")"; done | tr '\n' ' ')
-  in_lab timeout 60 bash -c 'for x in '"$ips"'; do IFS=: read -r h ip p <<<"$x"
+  ips=$(for i in $(seq 1 "$n"); do host_net "$i"; echo "h$i:$IP:$(unshare_pid "$i")"; done | tr '\n' ' ')
+  in_lab timeout $((60 + n / 5)) bash -c 'for x in '"$ips"'; do IFS=: read -r h ip p <<<"$x"
       until (exec 3<>"/dev/tcp/$ip/22") 2>/dev/null; do
         [ -e "/proc/$p" ] || { echo "$h died while booting" >&2; exit 1; }; sleep 0.05; done; done' \
-    || die "sshd did not come up within 60 s; see $STATE/hosts/hN/console.log"
+    || die "sshd did not come up within $((60 + n / 5)) s; see $STATE/hosts/hN/console.log"
   # systemd hosts: wait (bounded) until boot finished, so tests can start at
   # once. nsenter into the host's mount+pid ns: no ssh handshake needed.
   states=$(for i in $(seq 1 "$n"); do
       [[ ${fl[i]} == *" systemd"* ]] || continue
       p=$(pid1 "$i") || { echo "h$i:dead"; continue; }
-      ( ready=$(timeout 60 nsenter -t "$p" -m -p env -i PATH=/usr/bin:/bin \
-          systemctl is-system-running --wait 2>/dev/null) || true
+      ( ready=$(timeout "$BOOT_WAIT" nsenter -t "$p" -m -p env -i PATH=/usr/bin:/bin sh -c "$BOOTED" 2>/dev/null) || true
         echo "h$i:${ready:-timeout}" ) &
     done; wait)
   for h in $states; do [[ $h == *:running || $h == *:degraded ]] || bad+=" $h"; done
-  [ -z "$bad" ] || die "systemd hosts not running after 60 s:$bad (see lab.sh ssh I systemctl --failed)"
+  [ -z "$bad" ] || die "systemd hosts not booted after $BOOT_WAIT s:$bad (see lab.sh ssh I systemctl --failed)"
+}
+
+# Wide labs: bridges ${BR}0..K for N hosts (one per 200 hosts, fixed MACs), and a neighbour
+# table big enough for them: its limits (gc_thresh*) are machine-wide and count the entries
+# of every namespace (the lab's ~N, each host's one or two), default 1024. The old values
+# are kept machine-wide and restored by the last lab down, as the inotify limit.
+wide_bridges() {  # N
+  local b
+  for b in $(seq 0 $((($1 - 1) / PER_BR))); do
+    ip -n "$LABNS" link show "$BR$b" >/dev/null 2>&1 && continue
+    printf 'link add %s address 02:6c:61:62:fe:%02x type bridge\naddr add %s.%s.1/24 dev %s\nlink set %s up\n' \
+      "$BR$b" "$b" "$NET" "$b" "$BR$b" "$BR$b"
+  done | ip -n "$LABNS" -batch -
+  machine_lock
+  if [ "$(sysctl -n net.ipv4.neigh.default.gc_thresh3)" -lt 16384 ]; then
+    [ -f "$RUN/neigh.orig" ] || sysctl -n net.ipv4.neigh.default.gc_thresh{1,2,3} | tr '\n' ' ' >"$RUN/neigh.orig"
+    sysctl -qw net.ipv4.neigh.default.gc_thresh1=4096 net.ipv4.neigh.default.gc_thresh2=8192 \
+      net.ipv4.neigh.default.gc_thresh3=16384
+  fi
+  machine_unlock
 }
 
 cmd_up() {
   local n=${1:-} i h k os init t0=$EPOCHREALTIME fl=() need=() cur ready p states bad="" ips
-  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "usage: lab.sh up N (N = 1..200)"
+  local max=200; [ "$WIDE" = 0 ] || max=2000
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le "$max" ] || die "usage: lab.sh up N (N = 1..$max)"
   local -a oses inits
   IFS=, read -ra oses <<<"${LAB_OS:-debian}"
   IFS=, read -ra inits <<<"${LAB_INIT:-systemd}"
@@ -672,24 +774,34 @@ cmd_up() {
     # Fixed MAC: a bridge without one takes its lowest port's MAC, which
     # changes as hosts come and go (stale ARP again). STP is off by default,
     # so ports forward at once.
-    ip -n "$LABNS" link add "$BR" address 02:6c:61:62:ff:ff type bridge
-    ip -n "$LABNS" addr add "$NET.1/24" dev "$BR"
-    ip -n "$LABNS" link set "$BR" up
+    if [ "$WIDE" = 0 ]; then
+      ip -n "$LABNS" link add "$BR" address 02:6c:61:62:ff:ff type bridge
+      ip -n "$LABNS" addr add "$NET.1/24" dev "$BR"
+      ip -n "$LABNS" link set "$BR" up
+    else   # routes between the /24s (still no uplink: nothing leaves the lab)
+      ip netns exec "$LABNS" sysctl -qw net.ipv4.ip_forward=1
+    fi
   fi
+  [ "$WIDE" = 0 ] || wide_bridges "$n"
   echo "$STATE $CACHE" >"$RUN/labs/$PREFIX"
   [[ " ${need[*]} " != *" systemd "* ]] || raise_inotify
   machine_unlock
   # declarative: exactly hosts 1..N, each of the requested flavour, running,
   # with its veth still on the bridge; everything else is (re)created
-  cur=" $(ip -n "$LABNS" -o link show master "$BR" | awk -F': ' '{print $2}' | sed 's/@.*//' | tr '\n' ' ') "
+  if [ "$WIDE" = 0 ]; then
+    cur=" $(ip -n "$LABNS" -o link show master "$BR" | awk -F': ' '{print $2}' | sed 's/@.*//' | tr '\n' ' ') "
+  else   # veths on any of the bridges
+    cur=" $(ip -n "$LABNS" -o link show type veth | awk -F': ' '/ master /{print $2}' | sed 's/@.*//' | tr '\n' ' ') "
+  fi
   for h in $(hosts); do
     i=${h#h}
     if [ "$i" -gt "$n" ]; then host_down "$i"; fi
   done
-  local todo=() f
+  local todo=() f r
   for i in $(seq 1 "$n"); do
     f=; [ ! -f "$H/h$i/flavour" ] || f=$(<"$H/h$i/flavour")
-    if running "$i" && [ "$f" = "${fl[i]}" ] && [[ $cur == *" ${PREFIX}v$i "* ]]; then continue; fi
+    r=; [ ! -f "$H/h$i/rtt" ] || r=$(<"$H/h$i/rtt")
+    if running "$i" && [ "$f" = "${fl[i]}" ] && [ "$r" = "${LAB_RTT_MS:-}" ] && [[ $cur == *" ${PREFIX}v$i "* ]]; then continue; fi
     todo+=("$i")
     host_down "$i"   # clear leftovers of a crashed or wrong-flavour host
   done
@@ -710,8 +822,52 @@ cmd_reset() {  # I...: those hosts recreated from the images, as new (flavour ke
   log "reset ${todo[*]/#/h}"
 }
 
+cmd_reboot() {  # I...: those hosts' processes killed at once, then booted again on the same disk
+  local i p c x t cg init n st fl=()
+  [ $# -gt 0 ] || die "usage: lab.sh reboot I..."
+  for i in "$@"; do need_host "$i"; done
+  lock
+  n=$(hosts | wc -l)
+  for i in $(seq 1 "$n"); do fl[i]=$(<"$H/h$i/flavour"); done
+  for i in "$@"; do
+    cg=$CG2/$CGNAME/h$i
+    # the host's netns must outlive its processes: its /run/netns handle can be lost (another
+    # lab's `ip netns add` stacking a new mount on /run/netns hides it), so pin it again first
+    if ! findmnt -rn --mountpoint "/run/netns/$PREFIX-h$i" >/dev/null && p=$(pid1 "$i"); then
+      mount --bind "/proc/$p/ns/net" "/run/netns/$PREFIX-h$i" || die "h$i: cannot pin its network namespace"
+    fi
+    # as host_down: a host started by an older lab.sh from inside the lab (no cgroup2 mount) is in no
+    # cgroup of ours, and SIGKILL to its PID 1 ends its whole PID namespace
+    [ ! -e "$cg/cgroup.kill" ] || echo 1 >"$cg/cgroup.kill" 2>/dev/null || true
+    c=$(pid1 "$i" || true) p=$(unshare_pid "$i")
+    # shellcheck disable=SC2086  # $c, $p: zero or one pid each
+    kill -KILL $c $p 2>/dev/null || true
+    for x in $c $p; do t=500; while ! dead "$x" && [ $((t -= 1)) -gt 0 ]; do sleep 0.02; done; done
+    [ -z "$c" ] || dead "$c" || die "h$i: its PID 1 ($c) did not die"
+    t=500; while grep -q '^populated 1' "$cg/cgroup.events" 2>/dev/null && [ $((t -= 1)) -gt 0 ]; do sleep 0.02; done
+    [ ! -d "$cg" ] || find "$cg" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null || true
+    read -r _ init _ <<<"${fl[i]}"
+    host_start "$i" "$init"
+  done
+  # up again: sshd answers and systemd, where it is PID 1, has finished booting (a boot just
+  # after a kill may answer "offline" for a moment: asked again until the deadline)
+  for i in "$@"; do
+    t=600
+    until in_lab timeout 1 bash -c "exec 3<>/dev/tcp/$NET.$((10 + i))/22" 2>/dev/null; do
+      [ $((t -= 1)) -gt 0 ] || die "h$i: sshd did not come up within 60 s after the reboot"; sleep 0.1
+    done
+    [[ ${fl[i]} == *" systemd"* ]] || continue
+    t=$BOOT_WAIT
+    until p=$(pid1 "$i") && st=$(timeout 5 nsenter -t "$p" -m -p env -i PATH=/usr/bin:/bin \
+        sh -c "$BOOTED" 2>/dev/null; true) && [[ $st == running || $st == degraded ]]; do
+      [ $((t -= 1)) -gt 0 ] || die "h$i: systemd not booted $BOOT_WAIT s after the reboot (${st:-no answer})"; sleep 1
+    done
+  done
+  log "rebooted ${*/#/h}"
+}
+
 cmd_down() {
-  local h i cg
+  local h i cg g1 g2 g3 nj=0
   lock
   cg=$CG2
   # kill all hosts at once first, so their teardowns overlap (systemd hosts
@@ -723,8 +879,12 @@ cmd_down() {
       ip netns list | sed -n "s/^$PREFIX-h\([0-9]\+\)\( .*\)\?$/\1/p"
       [ -z "$cg" ] || [ ! -d "$cg/$CGNAME" ] || find "$cg/$CGNAME" -mindepth 1 -maxdepth 1 -name 'h*' -printf '%f\n' | sed 's/^h//'
     } | sort -un); do
-    host_down "$i"
+    if [ "$WIDE" = 0 ]; then host_down "$i"; continue; fi
+    # a big lab: 8 teardowns at once (each mostly waits for the kernel to free a netns)
+    host_down "$i" &
+    if [ $((nj += 1)) -ge 8 ]; then wait -n || true; nj=$((nj - 1)); fi
   done
+  wait
   [ ! -e "/run/netns/$LABNS" ] || ip netns del "$LABNS"   # takes the bridge with it
   [ -z "$cg" ] || [ ! -d "$cg/$CGNAME" ] || rmdir "$cg/$CGNAME" || log "cgroup $cg/$CGNAME not removed"
   # state: only the files we write (LAB_STATE might point somewhere odd)
@@ -738,6 +898,13 @@ cmd_down() {
     [ -e "$h" ] || continue
     [ -e "/run/netns/${h##*/}-lab" ] || rm -f "$h"
   done
+  if [ -z "$(ls -A "$RUN/labs")" ] && [ -f "$RUN/neigh.orig" ]; then
+    # written without a final newline (tr), so read meets EOF: its status says nothing here
+    read -r g1 g2 g3 <"$RUN/neigh.orig" || true
+    sysctl -qw net.ipv4.neigh.default.gc_thresh1="$g1" net.ipv4.neigh.default.gc_thresh2="$g2" \
+      net.ipv4.neigh.default.gc_thresh3="$g3"
+    rm -f "$RUN/neigh.orig"
+  fi
   if [ -z "$(ls -A "$RUN/labs")" ] && [ -f "$RUN/inotify.orig" ]; then
     sysctl -qw fs.inotify.max_user_instances="$(cat "$RUN/inotify.orig")"
     rm -f "$RUN/inotify.orig"
@@ -764,21 +931,45 @@ cmd_purge() {
 }
 
 cmd_status() {
-  local h i st p link
-  if [ -e "/run/netns/$LABNS" ]; then echo "lab $LABNS: up ($BR $NET.1/24, state $STATE)"; else echo "lab $LABNS: down"; fi
+  local h i st p link IP GW HBR net=$BR\ $NET.1/24
+  [ "$WIDE" = 0 ] || net="${BR}0.. $NET.0.0/16"
+  if [ -e "/run/netns/$LABNS" ]; then echo "lab $LABNS: up ($net, state $STATE)"; else echo "lab $LABNS: down"; fi
   for h in $(hosts); do
     i=${h#h} st=down
     if p=$(pid1 "$i"); then
       link=$(ip -n "$LABNS" -o link show "${PREFIX}v$i" 2>/dev/null | grep -q 'state UP' && echo up || echo down)
       st="up pid1=$p link=$link"
-      if in_lab timeout 1 bash -c "exec 3<>/dev/tcp/$NET.$((10 + i))/22" 2>/dev/null; then st+=" sshd=ok"; else st+=" sshd=no"; fi
+      host_net "$i"
+      if in_lab timeout 1 bash -c "exec 3<>/dev/tcp/$IP/22" 2>/dev/null; then st+=" sshd=ok"; else st+=" sshd=no"; fi
     fi
-    printf '%-4s %-15s %-15s %s\n' "$h" "$NET.$((10 + i))" "$(cat "$STATE/hosts/$h/flavour" 2>/dev/null)" "$st"
+    host_net "$i"
+    printf '%-4s %-15s %-15s %s\n' "$h" "$IP" "$(cat "$STATE/hosts/$h/flavour" 2>/dev/null)" "$st"
   done
 }
 
 need_host() {  # I: validate a host index that exists
   [[ ${1:-} =~ ^[0-9]+$ ]] && [ -d "$H/h$1" ] || die "no host h${1:-?} in this lab"
+}
+
+# One host's sshd with extra settings (a file sorted before the lab's own: sshd keeps the
+# first value of each keyword), or back to the defaults; SIGHUP re-reads it (the listener
+# re-execs, sessions stay), then we wait until it accepts again.
+cmd_sshd() {  # I [LINE...]
+  local i=$1 p IP GW HBR f ino now t; shift
+  p=$(pid1 "$i") || die "h$i is not running"
+  f=/proc/$p/root/etc/ssh/sshd_config.d/00-lab-host.conf
+  if [ $# -gt 0 ]; then printf '%s\n' "# lab.sh sshd $i" "$@" >"$f"; else rm -f "$f"; fi
+  # the listening socket's inode: a new one once the re-exec'd sshd listens again
+  ino=$(nsenter -t "$p" -n ss -Hltne 'sport = :22' 2>/dev/null | grep -o 'ino:[0-9]*' | head -1 || true)
+  nsenter -t "$p" -m -p sh -c 'sshd -t && kill -HUP "$(cat /run/sshd.pid)"' || die "h$i: sshd refused the setting"
+  host_net "$i"
+  for t in $(seq 200); do
+    now=$(nsenter -t "$p" -n ss -Hltne 'sport = :22' 2>/dev/null | grep -o 'ino:[0-9]*' | head -1 || true)
+    [ -z "$now" ] || [ "$now" = "$ino" ] || break
+    sleep 0.05
+  done
+  [ "$t" -lt 200 ] && in_lab timeout 10 bash -c "until (exec 3<>/dev/tcp/$IP/22) 2>/dev/null; do sleep 0.05; done" \
+    || die "h$i: sshd does not accept connections after the reload"
 }
 
 usage() { sed -n '2,/^# Needs/p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -789,6 +980,7 @@ case $cmd in
   up) cmd_up "$@" ;;
   down) cmd_down ;;
   reset) cmd_reset "$@" ;;
+  reboot) cmd_reboot "$@" ;;
   purge) cmd_purge ;;
   status) cmd_status ;;
   exec) [ $# -gt 0 ] || usage; [ -e "/run/netns/$LABNS" ] || die "lab is down"; in_lab "$@" ;;
@@ -800,6 +992,7 @@ case $cmd in
     # the lab end of the veth: the host keeps its address and routes but its
     # eth0 loses carrier, so it simply stops answering (like a pulled cable)
     ip -n "$LABNS" link set "${PREFIX}v$1" "$2" ;;
+  sshd) need_host "${1:-}"; cmd_sshd "$@" ;;
   _init) host_init "$@" ;;
   *) usage ;;
 esac

@@ -118,6 +118,14 @@ lab link 2 up
 for _ in 1 2 3 4 5; do out=$(rssh 2 -o ConnectTimeout=3 hostname) && break; sleep 1; done
 [ "$out" = h2 ] && ok "link 2 up: h2 answers again" || bad "link 2 up: h2 answers again" "$out"
 
+# ---------------------------------------------------------------- reset from inside the lab
+# as a spec does (lab.sh exec busted -> lab.sh reset): the host gets its own cgroup, as from
+# outside, and a non-root login works at once (systemd-user-sessions has removed /run/nologin)
+lab exec "$LAB" reset 3 >/dev/null 2>&1 && ok "reset 3 from inside the lab" || bad "reset 3 from inside the lab"
+expect "h3 reset from inside the lab is in its own cgroup" "0::/${P}lab/h3/init.scope" \
+  grep '^0::' "/proc/$(lab pid 3)/cgroup"
+expect "h3: tb logs in at once after the reset" tb rssh 3 -l tb 'id -un'
+
 # ---------------------------------------------------------------- flavour change
 # declarative up: switching the OS list recreates h1 (now rocky/systemd, the
 # one combination not covered above) and h2, and keeps h3 as it is

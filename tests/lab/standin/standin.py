@@ -44,6 +44,9 @@ GO_VERSION = "go1.24.6"
 ROOT = os.environ.get("STANDIN_ROOT", "")
 # How long a node may stay silent before it is NotReady (the node controller's node-monitor-grace-period).
 NODE_GRACE = float(os.environ.get("STANDIN_NODE_GRACE", "40"))
+# seconds from a pod's binding to a node until its containers run (image present, as after the engine's import);
+# a readinessProbe's initialDelaySeconds comes on top before it is Ready
+POD_START = float(os.environ.get("STANDIN_POD_START", "2"))
 # How often a node renews its lease (the kubelet's default: a quarter of the 40 s lease).
 HEARTBEAT = float(os.environ.get("STANDIN_HEARTBEAT", "10"))
 
@@ -741,6 +744,23 @@ class Store:
 
 # ---------------------------------------------------------------- server-side printing (kubectl's human output)
 
+def pod_ready(pod):
+    return pod.get("status", {}).get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in pod["status"].get("conditions", []))
+
+
+def tolerates(tolerations, taint):
+    for t in tolerations or []:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint.get("key")):
+            return True
+        if t.get("operator", "Equal") == "Equal" and t.get("key") == taint.get("key") \
+                and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
 def node_status_word(node):
     ready = next((c for c in node.get("status", {}).get("conditions", []) if c.get("type") == "Ready"), None)
     word = "Ready" if ready and ready.get("status") == "True" else "NotReady" if ready else "Unknown"
@@ -1064,21 +1084,45 @@ class Cluster:
             elif spec["kind"] == "StatefulSet":
                 sp.setdefault("replicas", 1)
                 sp.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
-        want = int((sp or {}).get("replicas", 1) or 0) if isinstance(sp, dict) else 1
         if spec["kind"] in ("Deployment", "StatefulSet", "ReplicaSet"):
-            st = {"observedGeneration": gen, "replicas": want, "readyReplicas": want, "availableReplicas": want,
-                  "updatedReplicas": want}
-            if spec["kind"] == "StatefulSet":
-                st.update({"currentReplicas": want, "currentRevision": "r1", "updateRevision": "r1"})
-            if spec["kind"] == "Deployment":
-                st["conditions"] = [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-                                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]
-            obj["status"] = st
+            obj["status"] = self.counted_status(spec["kind"], obj, self.store.list("", "pods"),
+                                                self.store.list("apps", "replicasets"))
         elif spec["kind"] == "DaemonSet":
             n = len(self.store.list("", "nodes"))
             obj["status"] = {"observedGeneration": gen, "desiredNumberScheduled": n, "currentNumberScheduled": n,
                              "numberReady": n, "numberAvailable": n, "updatedNumberScheduled": n,
                              "numberMisscheduled": 0}
+
+    def counted_status(self, kind, obj, pods, replicasets):
+        """A ReplicaSet's or StatefulSet's counts from its pods (those that exist and are not terminating; ready =
+        the Ready condition), a Deployment's the sum of its ReplicaSets', as their controllers report them."""
+        md, sp = obj["metadata"], obj.get("spec") or {}
+        want = int(sp.get("replicas", 1) or 0) if isinstance(sp, dict) else 1
+        gen = md.get("generation", 1)
+        if kind == "Deployment":
+            mine = [self.counted_status("ReplicaSet", rs, pods, ()) for rs in replicasets
+                    if any(r.get("uid") == md.get("uid") for r in rs["metadata"].get("ownerReferences", []))]
+            have = sum(st["replicas"] for st in mine)
+            ready = sum(st.get("readyReplicas", 0) for st in mine)
+            mu = ((sp.get("strategy") or {}).get("rollingUpdate") or {}).get("maxUnavailable", "25%")
+            mu = want * int(mu[:-1]) // 100 if isinstance(mu, str) and mu.endswith("%") else int(mu)
+            avail = ready >= want - mu
+            st = {"observedGeneration": gen, "replicas": have, "updatedReplicas": have, "readyReplicas": ready,
+                  "availableReplicas": ready, "unavailableReplicas": max(0, want - ready), "conditions": [
+                      {"type": "Available", "status": "True" if avail else "False",
+                       "reason": "MinimumReplicasAvailable" if avail else "MinimumReplicasUnavailable"},
+                      {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}
+            return {k: v for k, v in st.items() if v != 0 or k == "observedGeneration"}  # omitempty, as served
+        owned = [p for p in pods if not p["metadata"].get("deletionTimestamp")
+                 and any(r.get("uid") == md.get("uid") for r in p["metadata"].get("ownerReferences", []))]
+        ready = sum(1 for p in owned if pod_ready(p))
+        st = {"observedGeneration": gen, "replicas": len(owned), "readyReplicas": ready, "availableReplicas": ready}
+        if kind == "ReplicaSet":
+            st["fullyLabeledReplicas"] = len(owned)
+        else:
+            st.update({"updatedReplicas": len(owned), "currentReplicas": len(owned), "currentRevision": "r1",
+                       "updateRevision": "r1"})
+        return {k: v for k, v in st.items() if v != 0 or k in ("observedGeneration", "replicas")}
 
     def update(self, spec, ns, name, obj, sub=None):
         with self.lock:
@@ -1172,12 +1216,18 @@ class Cluster:
                                  and not new.get("spec", {}).get("unschedulable")
                                  or node_status_word(new) != node_status_word(old)):
             self.bind_pending()
+            self.sync_workloads()
         elif kind == "Secret" and new.get("type") == "bootstrap.kubernetes.io/token":
             self.sign_cluster_info()
         elif kind == "CertificateSigningRequest" and old is None:
             self.sign_csr(new)
         elif kind == "Deployment" and old is None:
             self.deployment_pods(new)
+        elif kind == "ReplicaSet" and old is None and not any(
+                r.get("kind") == "Deployment" for r in new["metadata"].get("ownerReferences", [])):
+            self.rs_pods(new)
+        elif kind == "StatefulSet" and old is None:
+            self.sync_workloads()
         elif kind == "PodDisruptionBudget":
             self.refresh_budgets(new["metadata"]["namespace"])
 
@@ -1194,6 +1244,8 @@ class Cluster:
             self.store.delete("/secrets/kube-system/%s.node-password.%s" % (name, self.engine))
         elif kind == "Pod":
             self.replace_pod(old)
+        elif kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"):
+            self.collect_garbage(old["metadata"]["uid"])
         elif kind == "Namespace":
             for k in [k for k in self.store.snapshot() if k.split("/")[2] == name]:
                 self.store.delete(k)
@@ -1203,11 +1255,26 @@ class Cluster:
     def pod_spec(self):
         return self.spec_for("", "v1", "pods")
 
-    def make_pod(self, name, owner, node, volumes=None, mirror=False, labels=None, ns="kube-system"):
-        pod = {"metadata": {"name": name, "namespace": ns, "labels": labels or {}},
-               "spec": {"containers": [{"name": name.split("-")[0], "image": "registry.lab/standin/pause:3.10"}],
-                        "volumes": volumes or [], "tolerations": [{"operator": "Exists"}]},
-               "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    def make_pod(self, name, owner, node, volumes=None, mirror=False, labels=None, ns="kube-system", spec=None):
+        """A pod bound to `node` (None: Pending, unschedulable) with the template's `spec` (else a system pod's,
+        tolerating every taint). A bound pod is Pending until its containers run (POD_START), then Running, and
+        Ready after its readinessProbe's initialDelaySeconds (sync_pods moves it on)."""
+        if spec:
+            spec = copy.deepcopy(spec)
+            spec.pop("nodeName", None)
+            spec.setdefault("containers", [{"name": name.split("-")[0], "image": "registry.lab/standin/pause:3.10"}])
+        else:
+            spec = {"containers": [{"name": name.split("-")[0], "image": "registry.lab/standin/pause:3.10"}],
+                    "volumes": volumes or [], "tolerations": [{"operator": "Exists"}]}
+        pod = {"metadata": {"name": name, "namespace": ns, "labels": labels or {}}, "spec": spec,
+               "status": {"phase": "Pending", "conditions": [
+                   {"type": "PodScheduled", "status": "True"}, {"type": "Initialized", "status": "True"},
+                   {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
+                   {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+                   "containerStatuses": [{"name": c.get("name"), "image": c.get("image"), "ready": False,
+                                          "started": False, "restartCount": 0,
+                                          "state": {"waiting": {"reason": "ContainerCreating"}}}
+                                         for c in spec["containers"]]}}
         if owner:
             pod["metadata"]["ownerReferences"] = [owner]
         if mirror:
@@ -1248,6 +1315,22 @@ class Cluster:
             rs = self.store.get(self.key(rs_spec, "kube-system", dep_name + "-6d4b75cb6d"))
         return ds, rs
 
+    def scale_system(self, rs):
+        """The engine's own Deployment has a pod per node (an autoscaler scaling it with the cluster): its
+        ReplicaSet's and Deployment's replicas follow the pods made for new nodes."""
+        with self.lock:
+            n = sum(1 for p in self.store.list("", "pods", rs["metadata"]["namespace"])
+                    if any(r.get("uid") == rs["metadata"]["uid"] for r in p["metadata"].get("ownerReferences", [])))
+            rs_spec, dep_spec = self.spec_for("apps", "v1", "replicasets"), self.spec_for("apps", "v1", "deployments")
+            for spec, o in ((rs_spec, rs), (dep_spec, self.store.get(self.key(dep_spec, "kube-system", next(
+                    r["name"] for r in rs["metadata"]["ownerReferences"] if r["kind"] == "Deployment"))))):
+                o = self.store.get(self.key(spec, "kube-system", o["metadata"]["name"])) if o else None
+                if o and o["spec"].get("replicas") != n:
+                    o["spec"]["replicas"] = n
+                    o["metadata"]["generation"] = o["metadata"].get("generation", 1) + 1
+                    self.store.put(self.key(spec, "kube-system", o["metadata"]["name"]), o)
+        self.sync_workloads()
+
     def owner(self, obj, kind):
         return {"apiVersion": "apps/v1", "kind": kind, "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"],
                 "controller": True, "blockOwnerDeletion": True}
@@ -1261,49 +1344,148 @@ class Cluster:
         self.make_pod("%s-%s" % (rs["metadata"]["name"], rand_str(5)), self.owner(rs, "ReplicaSet"), node,
                       volumes=[{"name": "tmp-dir", "emptyDir": {}}],
                       labels={"k8s-app": rs["metadata"]["name"].rsplit("-", 1)[0]})
+        self.scale_system(rs)
         if "node-role.kubernetes.io/control-plane" in labels and self.engine != "k3s":
             for comp in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
                 self.make_pod("%s-%s" % (comp, name), {"apiVersion": "v1", "kind": "Node", "name": name,
                                                        "uid": node["metadata"]["uid"], "controller": True},
                               node, mirror=True, labels={"component": comp, "tier": "control-plane"})
 
-    def schedulable_nodes(self):
+    def schedulable_nodes(self, pod_spec=None):
+        """Ready, not cordoned, every NoSchedule/NoExecute taint tolerated and the nodeSelector matched."""
+        pod_spec = pod_spec or {"tolerations": [{"operator": "Exists"}]}
+        sel = pod_spec.get("nodeSelector") or {}
         return [n for n in self.store.list("", "nodes") if not n.get("spec", {}).get("unschedulable")
                 and node_status_word(n) == "Ready"
-                and not any(t.get("effect") == "NoSchedule" and t.get("key") != "node-role.kubernetes.io/control-plane"
-                            for t in n.get("spec", {}).get("taints", []))]
+                and all(n["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())
+                and all(tolerates(pod_spec.get("tolerations"), t) for t in n.get("spec", {}).get("taints", [])
+                        if t.get("effect") in ("NoSchedule", "NoExecute"))]
 
-    def replace_pod(self, pod):
-        """A ReplicaSet's pod that is deleted comes back on another schedulable node (or waits, Pending)."""
-        ref = next((r for r in pod["metadata"].get("ownerReferences", []) if r.get("kind") == "ReplicaSet"), None)
-        if not ref:
-            return
-        count = {}
+    def choose_node(self, pod_spec, owner_uid):
+        """The scheduler's pick: a fitting node with the fewest pods of the same owner (the default spread), then
+        the fewest pods; None when no node fits (the pod waits, Pending)."""
+        same, count = {}, {}
         for p in self.store.list("", "pods"):
             n = p.get("spec", {}).get("nodeName")
             count[n] = count.get(n, 0) + 1
-        nodes = sorted(self.schedulable_nodes(), key=lambda n: count.get(n["metadata"]["name"], 0))
-        base = pod["metadata"]["name"].rsplit("-", 1)[0]
-        self.make_pod("%s-%s" % (base, rand_str(5)), ref, nodes[0] if nodes else None,
-                      volumes=pod["spec"].get("volumes"), labels=pod["metadata"].get("labels"),
-                      ns=pod["metadata"]["namespace"])
+            if any(r.get("uid") == owner_uid for r in p["metadata"].get("ownerReferences", [])):
+                same[n] = same.get(n, 0) + 1
+        nodes = sorted(self.schedulable_nodes(pod_spec), key=lambda n: (same.get(n["metadata"]["name"], 0),
+                                                                         count.get(n["metadata"]["name"], 0)))
+        return nodes[0] if nodes else None
+
+    def collect_garbage(self, uid):
+        """The garbage collector's background cascade: what the deleted object owned goes too (a Deployment's
+        ReplicaSets, their pods), and is not replaced."""
+        for group, plural in (("apps", "replicasets"), ("", "pods")):
+            spec = self.spec_for(group, "v1", plural)
+            for o in self.store.list(group, plural):
+                if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences", [])):
+                    self.store.delete(self.key(spec, o["metadata"]["namespace"], o["metadata"]["name"]))
+                    self.collect_garbage(o["metadata"]["uid"])
+        self.sync_workloads()
+
+    def replace_pod(self, pod):
+        """A ReplicaSet's pod that is deleted comes back at once, scheduled on another node that fits (or waits,
+        Pending); it is Ready only once started (sync_pods). A StatefulSet's comes back under its name (sync)."""
+        ref = next((r for r in pod["metadata"].get("ownerReferences", []) if r.get("kind") == "ReplicaSet"), None)
+        if ref and any(rs["metadata"]["uid"] == ref.get("uid") for rs in self.store.list("apps", "replicasets")):
+            base = pod["metadata"]["name"].rsplit("-", 1)[0]
+            self.make_pod("%s-%s" % (base, rand_str(5)), ref, self.choose_node(pod["spec"], ref.get("uid")),
+                          labels=pod["metadata"].get("labels"), ns=pod["metadata"]["namespace"], spec=pod["spec"])
+        self.sync_workloads()
 
     def bind_pending(self):
         for pod in self.store.list("", "pods"):
             if not pod.get("spec", {}).get("nodeName"):
-                nodes = self.schedulable_nodes()
-                if not nodes:
-                    return
+                ref = (pod["metadata"].get("ownerReferences") or [None])[0]
+                node = self.choose_node(pod["spec"], (ref or {}).get("uid"))
+                if not node:
+                    continue
                 ns = pod["metadata"]["namespace"]
                 self.store.delete(self.key(self.pod_spec(), ns, pod["metadata"]["name"]))
-                ref = (pod["metadata"].get("ownerReferences") or [None])[0]
-                self.make_pod(pod["metadata"]["name"], ref, random.choice(nodes), volumes=pod["spec"].get("volumes"),
-                              labels=pod["metadata"].get("labels"), ns=ns)
+                self.make_pod(pod["metadata"]["name"], ref, node, labels=pod["metadata"].get("labels"), ns=ns,
+                              spec=pod["spec"])
+
+    def sync_pods(self, now):
+        """The kubelets' and the node controller's part: a bound pod runs POD_START seconds after it started, is
+        Ready after its readiness delay and while its node is Ready (a node gone silent: its pods are not Ready).
+        -> the namespaces whose pods changed."""
+        nodes = {n["metadata"]["name"]: n for n in self.store.list("", "nodes")}
+        changed = set()
+        for pod in self.store.list("", "pods"):
+            st, node = pod.get("status", {}), nodes.get(pod.get("spec", {}).get("nodeName"))
+            if not node or not st.get("startTime") or st.get("phase") in ("Succeeded", "Failed"):
+                continue
+            started = parse_time(st["startTime"]).timestamp() + POD_START
+            delay = max([int((c.get("readinessProbe") or {}).get("initialDelaySeconds", 0) or 0)
+                         for c in pod["spec"].get("containers", [])] or [0])
+            running = st.get("phase") == "Running" or now >= started
+            ready = running and now >= started + delay and node_status_word(node).startswith("Ready")
+            if running == (st.get("phase") == "Running") and ready == pod_ready(pod):
+                continue
+            st["phase"] = "Running" if running else "Pending"
+            word = "True" if ready else "False"
+            for c in st.get("conditions", []):
+                if c["type"] in ("Ready", "ContainersReady") and c["status"] != word:
+                    c.update({"status": word, "lastTransitionTime": rfc3339()})
+                    c.pop("reason", None) if ready else c.update(reason="ContainersNotReady")
+            for cs in st.get("containerStatuses", []):
+                cs.update({"ready": ready, "started": running})
+                if running:
+                    cs["state"] = {"running": {"startedAt": rfc3339(datetime.datetime.fromtimestamp(
+                        started, datetime.timezone.utc))}}
+            self.store.put(self.key(self.pod_spec(), pod["metadata"]["namespace"], pod["metadata"]["name"]), pod)
+            changed.add(pod["metadata"]["namespace"])
+        return changed
+
+    def sync_workloads(self):
+        """The controllers in one pass: pods move on (sync_pods); a StatefulSet's missing ordinal is created once
+        the ones below it are Ready (OrderedReady; all at once for Parallel); ReplicaSets, StatefulSets and
+        Deployments report the counts of their pods; budgets follow."""
+        with self.lock:
+            changed = self.sync_pods(time.time())
+            pods = self.store.list("", "pods")
+            for sts in self.store.list("apps", "statefulsets"):
+                md, sp = sts["metadata"], sts.get("spec") or {}
+                mine = {p["metadata"]["name"]: p for p in pods if p["metadata"].get("namespace") == md["namespace"]
+                        and any(r.get("uid") == md["uid"] for r in p["metadata"].get("ownerReferences", []))}
+                parallel = sp.get("podManagementPolicy") == "Parallel"
+                for i in range(int(sp.get("replicas", 1) or 0)):
+                    name = "%s-%d" % (md["name"], i)
+                    if name in mine:
+                        if not parallel and not pod_ready(mine[name]):
+                            break
+                        continue
+                    tmpl = sp.get("template") or {}
+                    labels = dict((tmpl.get("metadata") or {}).get("labels") or {},
+                                  **{"statefulset.kubernetes.io/pod-name": name})
+                    pods.append(self.make_pod(name, self.owner(sts, "StatefulSet"),
+                                              self.choose_node(tmpl.get("spec") or {}, md["uid"]), labels=labels,
+                                              ns=md["namespace"], spec=tmpl.get("spec") or {}))
+                    changed.add(md["namespace"])
+                    if not parallel:
+                        break
+            replicasets = self.store.list("apps", "replicasets")
+            for plural, kind, items in (("replicasets", "ReplicaSet", replicasets),
+                                        ("statefulsets", "StatefulSet", self.store.list("apps", "statefulsets")),
+                                        ("deployments", "Deployment", self.store.list("apps", "deployments"))):
+                spec = self.spec_for("apps", "v1", plural)
+                for o in items:
+                    st = self.counted_status(kind, o, pods, replicasets)
+                    if st != o.get("status"):
+                        o["status"] = st
+                        self.store.put(self.key(spec, o["metadata"]["namespace"], o["metadata"]["name"]), o)
+                        if kind == "ReplicaSet":
+                            replicasets = [o if r["metadata"]["uid"] == o["metadata"]["uid"] else r
+                                           for r in replicasets]
+            for ns in changed:
+                self.refresh_budgets(ns)
 
     def deployment_pods(self, dep):
-        """A new Deployment's ReplicaSet and its pods, spread over the schedulable nodes, Running and Ready at once
-        (the deployment and replicaset controllers and a kubelet in one step). Later changes of scale or template are
-        not followed; a deleted pod comes back through replace_pod."""
+        """A new Deployment's ReplicaSet and its pods, spread over the schedulable nodes (the deployment and
+        replicaset controllers and the scheduler in one step; the pods then start: sync_pods). Later changes of scale
+        or template are not followed; a deleted pod comes back through replace_pod."""
         ns = dep["metadata"]["namespace"]
         sp = dep.get("spec", {})
         tmpl_labels = (sp.get("template", {}).get("metadata", {}) or {}).get("labels") or {}
@@ -1313,17 +1495,18 @@ class Cluster:
                                                     "ownerReferences": [self.owner(dep, "Deployment")]},
                                        "spec": {"replicas": sp.get("replicas", 1), "selector": sp.get("selector", {}),
                                                 "template": sp.get("template", {})}}, hooks=False)
-        count = {}
-        for p in self.store.list("", "pods"):
-            count[p.get("spec", {}).get("nodeName")] = count.get(p.get("spec", {}).get("nodeName"), 0) + 1
+        self.rs_pods(rs)
+
+    def rs_pods(self, rs):
+        """A new ReplicaSet's pods from its template, each where the scheduler puts it (choose_node)."""
+        sp = rs.get("spec", {})
+        tmpl = sp.get("template") or {}
         for _ in range(int(sp.get("replicas", 1) or 0)):
-            nodes = sorted(self.schedulable_nodes(), key=lambda n: count.get(n["metadata"]["name"], 0))
-            node = nodes[0] if nodes else None
-            if node:
-                count[node["metadata"]["name"]] = count.get(node["metadata"]["name"], 0) + 1
-            self.make_pod("%s-%s" % (rs_name, rand_str(5)), self.owner(rs, "ReplicaSet"), node,
-                          labels=dict(tmpl_labels), ns=ns)
-        self.refresh_budgets(ns)
+            self.make_pod("%s-%s" % (rs["metadata"]["name"], rand_str(5)), self.owner(rs, "ReplicaSet"),
+                          self.choose_node(tmpl.get("spec") or {}, rs["metadata"]["uid"]),
+                          labels=dict((tmpl.get("metadata") or {}).get("labels") or {}),
+                          ns=rs["metadata"]["namespace"], spec=tmpl.get("spec") or {})
+        self.sync_workloads()
 
     def budget_status(self, pdb):
         """The disruption controller's arithmetic: the pods the budget selects in its namespace (expectedPods: those
@@ -1427,9 +1610,16 @@ class Cluster:
 
     # -- node lifecycle: silent nodes go NotReady, like the node controller does after its grace period
     def monitor(self):
+        """Leases live in memory: a restarted server knows none, and, as kube-controller-manager after a restart,
+        gives every node the grace from its own start before it counts a missing heartbeat."""
         nodes_spec = self.spec_for("", "v1", "nodes")
+        since = now_utc()
         while True:
             time.sleep(1)
+            try:
+                self.sync_workloads()
+            except Exception as e:  # the controllers must outlive any one bad object
+                self.log.error("workload controllers: %s" % e)
             try:
                 for node in self.store.list("", "nodes"):
                     name = node["metadata"]["name"]
@@ -1439,7 +1629,7 @@ class Cluster:
                     conds = node.get("status", {}).get("conditions", [])
                     ready = next((c for c in conds if c["type"] == "Ready"), None)
                     if not fresh and ready and ready["status"] != "Unknown":
-                        created = parse_time(node["metadata"]["creationTimestamp"])
+                        created = max(parse_time(node["metadata"]["creationTimestamp"]), since)
                         if (now_utc() - created).total_seconds() < NODE_GRACE and not renew:
                             continue
                         ready.update({"status": "Unknown", "reason": "NodeStatusUnknown",

@@ -321,6 +321,8 @@ class K3s(Base):
         def web():
             pods = json.loads(lab.kubectl(kc, "get", "pods", "-n", "demo", "-l", "app=web", "-o", "json").stdout)
             return sorted((p["spec"].get("nodeName"), p["status"]["phase"]) for p in pods["items"])
+        # the pods start (STANDIN_POD_START) before they count as healthy
+        lab.kubectl(kc, "rollout", "status", "-n", "demo", "deploy/web", "--timeout=30s")
         self.assertEqual(web(), [("a1", "Running"), ("a1", "Running")])
         pdb = json.loads(lab.kubectl(kc, "get", "pdb", "-n", "demo", "web", "-o", "json").stdout)["status"]
         self.assertEqual((pdb["disruptionsAllowed"], pdb["currentHealthy"], pdb["desiredHealthy"]), (0, 2, 2))
@@ -341,7 +343,7 @@ class K3s(Base):
                     '{"spec": {"minAvailable": null, "maxUnavailable": 1}}')
         r = lab.kubectl(kc, "drain", "a1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s")
         self.assertRegex(r.stdout, r"node/a1 (drained|evicted)\n")  # "evicted" is kubectl 1.20's word
-        self.assertEqual(web(), [("s1", "Running"), ("s1", "Running")])
+        wait(lambda: web() == [("s1", "Running"), ("s1", "Running")], 20, "web's pods running on s1")
         self.assertTrue(self.nodes(kc)["a1"]["spec"]["unschedulable"])
         # an eviction of a pod that is gone answers 404 (kubectl counts that as evicted)
         ev = os.path.join(lab.dir, "ev.json")
@@ -351,6 +353,78 @@ class K3s(Base):
         r = lab.kubectl(kc, "create", "--raw", "/api/v1/namespaces/demo/pods/nope/eviction", "-f", ev, check=False)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("NotFound", r.stderr)
+
+    def test_ready_counts_follow_evictions_and_starts(self):
+        """readyReplicas as the controllers report it: lowered when a pod is evicted, raised again only once the
+        replacement, on another Ready and schedulable node, has started and passed its readiness delay."""
+        lab = self.lab
+        root, _, kc = k3s_server(lab, "s1", "127.77.1.2")
+        with open(root + "/var/lib/rancher/k3s/server/node-token") as f:
+            tok = f.read().strip()
+        agents = {}
+        for name, ip in (("a1", "127.77.1.3"), ("a2", "127.77.1.4")):
+            r = lab.root(name)
+            lab.write(r, "/etc/rancher/k3s/config.yaml", "node-name: %s\nnode-ip: %s\nserver: "
+                      "https://127.77.1.2:6443\ntoken: %s\n" % (name, ip, tok))
+            agents[name] = (r, lab.start(r, "k3s", "agent"))
+        for name in agents:
+            wait(lambda: self.ready(kc, name) == "True", 30, name + " Ready")
+        lab.kubectl(kc, "cordon", "s1")  # the workloads go to the agents, spread one per node
+        man = os.path.join(lab.dir, "w.yaml")
+        # a delay the checks right after the apply and the drain stay inside on a busy machine
+        probe = "        readinessProbe: {initialDelaySeconds: 10, exec: {command: [\"true\"]}}\n"
+        with open(man, "w") as f:
+            f.write("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n---\napiVersion: apps/v1\nkind: "
+                    "Deployment\nmetadata:\n  name: web\n  namespace: demo\nspec:\n  replicas: 2\n  selector:\n"
+                    "    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n"
+                    "      containers:\n      - name: web\n        image: nginx:1\n" + probe + "---\n"
+                    "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\n  namespace: demo\nspec:\n"
+                    "  replicas: 2\n  serviceName: db\n  selector:\n    matchLabels: {app: db}\n  template:\n"
+                    "    metadata:\n      labels: {app: db}\n    spec:\n      containers:\n      - name: db\n"
+                    "        image: postgres:16\n" + probe)
+        t0 = time.time()
+        lab.kubectl(kc, "apply", "-f", man)
+
+        def ready(kind, name):
+            st = json.loads(lab.kubectl(kc, "get", kind, "-n", "demo", name, "-o", "json").stdout).get("status", {})
+            return st.get("readyReplicas", 0)
+
+        def pods(app):
+            out = json.loads(lab.kubectl(kc, "get", "pods", "-n", "demo", "-l", "app=" + app, "-o", "json").stdout)
+            return {p["metadata"]["name"]: (p["spec"].get("nodeName"), p["status"]["phase"], any(
+                c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])))
+                for p in out["items"]}
+
+        rs = json.loads(lab.kubectl(kc, "get", "rs", "-n", "demo", "-l", "app=web", "-o", "json").stdout)
+        rs = rs["items"][0]["metadata"]["name"]
+        # a new workload is not ready at once: its pods start, then pass the readiness delay (a StatefulSet's
+        # ordinals one after the other)
+        self.assertLess(ready("rs", rs), 2)
+        wait(lambda: ready("rs", rs) == 2 and ready("deploy", "web") == 2, 30, "web ready")
+        self.assertGreaterEqual(time.time() - t0, 10)
+        self.assertIn("successfully rolled out", lab.kubectl(kc, "rollout", "status", "-n", "demo", "deploy/web",
+                                                             "--timeout=30s").stdout)
+        wait(lambda: ready("sts", "db") == 2, 60, "db ready")
+        self.assertEqual(sorted(n for n, _, _ in pods("web").values()), ["a1", "a2"])
+        self.assertEqual(sorted(pods("db")), ["db-0", "db-1"])
+        # drain a1: its pods are evicted, the counts drop at once; the replacements go to a2 (s1 and a1 are
+        # cordoned), not ready until they have started and passed the delay
+        t1 = time.time()
+        lab.kubectl(kc, "drain", "a1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s")
+        self.assertEqual(ready("rs", rs), 1)
+        self.assertEqual(ready("deploy", "web"), 1)
+        self.assertEqual(ready("sts", "db"), 1)
+        web = pods("web")
+        self.assertEqual(sorted(n for n, _, _ in web.values()), ["a2", "a2"])
+        self.assertEqual(sorted(r for _, _, r in web.values()), [False, True])
+        self.assertEqual({k: v[0] for k, v in pods("db").items()}, {"db-0": "a2", "db-1": "a2"})
+        wait(lambda: ready("rs", rs) == 2 and ready("sts", "db") == 2, 30, "replacements ready")
+        self.assertGreaterEqual(time.time() - t1, 10)
+        # a node that stops posting status: after the grace its pods are not ready, and the counts say so
+        lab.stop(agents["a2"][1])
+        wait(lambda: ready("rs", rs) == 0 and ready("sts", "db") == 0, 30, "a2's pods not ready")
+        lab.start(agents["a2"][0], "k3s", "agent")
+        wait(lambda: ready("rs", rs) == 2 and ready("sts", "db") == 2, 30, "a2's pods ready again")
 
     def test_images_and_manifests_at_start(self):
         lab = self.lab
