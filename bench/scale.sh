@@ -18,7 +18,8 @@
 # <= 22x the smallest's, client CPU <= 2 ms per host per round trip, peak RSS <= 100 KiB per
 # connected host (also given as the growth from the smallest to the largest size, which
 # leaves out the fixed ~10 MiB of the Lua state and code). PROFILE=1 adds the client's perf
-# profile of exec and the dry run at the largest size. Then the lab goes down.
+# profile of exec and the dry run at the largest size; HEAP=1 the Lua heap per host by field,
+# phase by phase, of the dry run and the writing apply there. Then the lab goes down.
 # The lab's own cost per host (memory, up/down time) is printed first.
 # Needs root, a build (make), GNU time. 1,000 runit hosts take ~5 GiB of RAM; the machine's
 # cores are shared by the client and every host's sshd: ratios transfer, absolute times do not.
@@ -164,9 +165,20 @@ if [ -n "${PROFILE:-}" ] && command -v perf >/dev/null; then
     { perf report -q -i "$WORK/$k.perf" --stdio --sort dso,sym 2>/dev/null | grep -v '^$' | head -20; } || true
   done
 fi
+# HEAP=1: the dry run and the writing apply at the largest size once more, with the Lua heap
+# per host by the host's field after every phase (CARGOSHIP_HEAP_PROFILE, pipeline/heap.lua)
+if [ -n "${HEAP:-}" ]; then
+  n=${*: -1}; C=$WORK/cluster-$n.yaml
+  echo "== Lua heap, dry run on $n hosts (after a full collection; per host: what only hosts hold)"
+  CARGOSHIP_HEAP_PROFILE=1 "$BIN" apply "$C" --known-hosts "$STATE/known_hosts" --concurrency "$n" --dry-run \
+    --output json 2>&1 >/dev/null | grep '^heap after' || true
+  echo "== Lua heap, writing apply on $n hosts (plan pass, then run pass)"
+  CARGOSHIP_HEAP_PROFILE=1 "$BIN" apply "$C" --known-hosts "$STATE/known_hosts" --concurrency "$n" --confirm \
+    --skip-phases 8-25,28-29 --phases "$WORK/phases" --output json 2>&1 >/dev/null | grep '^heap after' || true
+fi
 INLAB
 : >"$WORK/rows"
-PROFILE=${PROFILE:-} $LAB exec bash "$WORK/inlab.sh" "$WORK" "$BIN" "$STATE" "${SIZES[@]}" 9<"$CG/cpu.stat"
+HEAP=${HEAP:-} PROFILE=${PROFILE:-} $LAB exec bash "$WORK/inlab.sh" "$WORK" "$BIN" "$STATE" "${SIZES[@]}" 9<"$CG/cpu.stat"
 
 # the targets, from the smallest and the largest size
 lo=${SIZES[0]} hi=$MAX

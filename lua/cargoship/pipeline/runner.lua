@@ -26,6 +26,7 @@
 local action = require "cargoship.action"
 local loop = require "cargoship.loop"
 local contract = require "cargoship.pipeline.contract"
+local heap = require "cargoship.pipeline.heap"
 local prefetch = require "cargoship.facts.prefetch"
 local load = require "cargoship.pipeline.load"
 local policy = require "cargoship.pipeline.policy"
@@ -422,6 +423,7 @@ function Run:phase(i, phase)
   -- a failed phase's healthy hosts were assessed too: what they would create is pending
   if ctx.dry_run and not cancelled then self.pending:note(phase, entry.title, entry.hosts) end
   report_mod.sort_hosts(entry)
+  if heap.enabled then heap.after_phase(ctx, entry.id, { report = self.report, plan = self.plan }) end
   self.progress:finish(i, total, entry.title, report_mod.summary(entry))
   if entry.verdict == "interrupted" or cancelled then return false end
   if entry.verdict == "failed" then
@@ -529,11 +531,13 @@ function M.run(ctx, phases, opts)
     report.final = true
     if late and opts.on_late_report then opts.on_late_report(report) end
   end
+  local sampler = heap.enabled and heap.sample()
   local task = loop.spawn(function()
     run.task = loop.current()
     local timer
     loop.defer(function()
       if timer then timer:cancel() end
+      if sampler then sampler:cancel() end
       -- a dry run that went on past a failure cleans up too, as the contract says
       if not run.completed or run.failed then run:cleanup() end
       finish()
