@@ -16,10 +16,12 @@ local function sh(script)
   return out
 end
 
--- A session that records put's arguments and every wire; every command exits 0.
-local function fake_session()
+-- A session that records put's arguments and every wire; every command exits 0, after
+-- `delay` seconds (a link's round trip)
+local function fake_session(delay)
   local s = { wires = {}, puts = {} }
   function s.exec(_, wire)
+    if delay then loop.sleep(delay) end
     s.wires[#s.wires + 1] = wire
     return "", "\30cs-exit:0\n", 0
   end
@@ -102,6 +104,25 @@ describe("the upload path", function()
     local c2 = connection(plain, true)
     loop.run(function() assert(c2:upload(dir .. "/not-read", "/opt/x/blob", { sha256 = string.rep("a", 64) })) end)
     assert.are.equal(3, c2.round_trips, "without the phase's assessment the transport checks first")
+  end)
+
+  it("keeps more in flight on a host whose commands come back slowly (a long round trip)", function()
+    local f = dir .. "/blob"
+    write(f, "payload")
+    local offers = {}
+    for _, delay in ipairs({ 0, 0.03, 0.2 }) do
+      local s = fake_session(delay)
+      local c = connection(s, true)
+      loop.run(function()
+        assert(c:check("true"))   -- a command before, as phases always send
+        assert(c:upload(f, "/opt/x/blob", {}))
+      end)
+      offers[#offers + 1] = s.puts[1].opts.offer
+    end
+    -- 0 ms: the 256 KiB that fills a fast link; 30 ms: ~480 KiB; 200 ms: the cap below 2 MiB
+    assert.are.equal(256 * 1024, offers[1])
+    assert.is_true(offers[2] > 400 * 1024 and offers[2] < 700 * 1024, tostring(offers[2]))
+    assert.are.equal(1536 * 1024, offers[3])
   end)
 
   it("stages a non-root upload without fsync and syncs the copy beside the target", function()

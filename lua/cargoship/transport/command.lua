@@ -145,8 +145,13 @@ function methods:raw(cmd, opts)
   -- every command is a round trip to the host, whoever sends it: the runner reports the count
   -- per host and phase (host:round_trips), and the dry run's budget is stated in them
   self.round_trips = (self.round_trips or 0) + 1
+  local t0 = loop.now()
   local out, err, status, signal = self.session:exec(wire, opts)
   if not out then return nil, err, status end
+  -- the quickest command so far: the link's round trip plus a shell's start, what the
+  -- upload sizes its data in flight by (transfer.lua)
+  local took = loop.now() - t0
+  if not self.quickest or took < self.quickest then self.quickest = took end
   local clean, code
   if filter then clean, code = err, filter.finish() else clean, code = split_marker(err) end
   if not code then

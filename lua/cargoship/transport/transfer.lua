@@ -35,6 +35,18 @@ local function mib(n, up)
   return string.format("%d KiB", round(n / 1024))
 end
 
+-- The SFTP data an upload keeps in flight, by the link: 256 KiB fills a fast link (notes
+-- §6: more is slower at 0 ms), but over a slow one a host receives at most what is in flight
+-- per round trip (256 KiB at 100 ms: 2.5 MiB/s). The quickest command so far bounds the
+-- round trip from above (the link's, plus a shell's start); in flight goes up to what that
+-- time carries at M.RATE, below the 2 MiB window sshd gives a channel. Memory: the in-flight
+-- packets are copies (libssh2's), so only hosts behind slow links hold more than 256 KiB.
+M.OFFER_MIN, M.OFFER_MAX, M.RATE = 256 * 1024, 1536 * 1024, 16 * MiB
+function M.offer(quickest)
+  local want = math.floor((quickest or 0) * M.RATE)
+  return math.max(M.OFFER_MIN, math.min(M.OFFER_MAX, want))
+end
+
 local function local_size(path)
   local f = io.open(path, "rb")
   if not f then return nil end
@@ -127,7 +139,7 @@ function methods:upload(local_path, remote, opts)
   -- fsync'd by the session when it is the temp file itself; a stage that is copied is synced as the copy
   self.round_trips = (self.round_trips or 0) + 1
   local bytes, err, code = self.session:put(local_path, stage,
-    { mode = 384, timeout = opts.timeout, fsync = stage == beside })
+    { mode = 384, timeout = opts.timeout, fsync = stage == beside, offer = M.offer(self.quickest) })
   if not bytes then return after_failed_put(self, remote, stage, beside, size, err, code, opts.timeout) end
   local script = {
     "set -e",
