@@ -8,6 +8,7 @@
 local cjson = require "cjson"
 local util = require "cargoship.util"
 local lab = require "integration.lab"
+local run = require "integration.apply_run"
 local packages = require "integration.packages"
 
 local q = util.quote
@@ -66,7 +67,7 @@ end
 local function apply(args, background, env)
   local out, err = work .. "/out.json", work .. "/err.txt"
   -- the engine phases left out: these packages carry stub engine files, not an engine
-  local cmd = string.format("env HOME=%s %s %s apply --output json --skip-phases 18-22 --distro %s %s %s"
+  local cmd = string.format("env HOME=%s %s %s apply --output json" .. run.NO_ENGINE .. " --distro %s %s %s"
     .. " </dev/null >%s 2>%s", q(work), env or "", q(lab.bin), q(pkg_path), args, q(work .. "/cluster.yaml"),
     q(out), q(err))
   if background then

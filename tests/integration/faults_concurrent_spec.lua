@@ -80,7 +80,7 @@ describe("two real applies started at once over the same hosts", function()
   local work, pkg, REF
 
   local function apply(extra)
-    return lab.run_bin(work, "apply --confirm --skip-phases 18-22 --distro " .. q(pkg) .. " " .. (extra or "") .. " "
+    return lab.run_bin(work, "apply --confirm" .. run.NO_ENGINE .. " --distro " .. q(pkg) .. " " .. (extra or "") .. " "
       .. q(work .. "/cluster.yaml"))
   end
 
@@ -121,7 +121,7 @@ describe("two real applies started at once over the same hosts", function()
     for _, n in ipairs { "a", "b" } do
       files[n] = { out = work .. "/" .. n .. ".out", pid = work .. "/" .. n .. ".pid" }
       sh[#sh + 1] = string.format("sh -c %s >%s 2>&1 </dev/null & p%s=$!", q("echo $$ > " .. q(files[n].pid)
-        .. "; exec " .. q(lab.bin) .. " apply --confirm --skip-phases 18-22 --distro " .. q(pkg) .. " "
+        .. "; exec " .. q(lab.bin) .. " apply --confirm" .. run.NO_ENGINE .. " --distro " .. q(pkg) .. " "
         .. q(work .. "/cluster.yaml")), q(files[n].out), n)
     end
     local code, out = lab.sh("export HOME=" .. q(work) .. "; " .. table.concat(sh, "; ")

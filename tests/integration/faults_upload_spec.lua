@@ -8,6 +8,7 @@
 -- it the SIGKILL case's stale window).
 local util = require "cargoship.util"
 local lab = require "integration.lab"
+local run = require "integration.apply_run"
 local packages = require "integration.packages"
 
 local q = util.quote
@@ -62,7 +63,7 @@ end
 local function run_bin(args, ready, signal, env) return lab.run_bin(work, args, ready, signal, env) end
 
 local function apply(path, extra, ready, signal, env)
-  return run_bin("apply --confirm --skip-phases 18-22 --distro " .. q(pkg_path) .. " " .. (extra or "") .. " "
+  return run_bin("apply --confirm" .. run.NO_ENGINE .. " --distro " .. q(pkg_path) .. " " .. (extra or "") .. " "
     .. q(path), ready, signal, env)
 end
 
@@ -143,7 +144,7 @@ describe("faults during uploads", function()
     ssh(1, "rm -f " .. DIR .. "/blob.bin")
     local cause = lab.host(2).name .. "[^\n]*no space left[^\n]* on " .. DIR:gsub("%p", "%%%0")
       .. "[^\n]*: %d+%.?%d* MiB free, 32%.?0? MiB needed"
-    local dry = run_bin("apply --dry-run --skip-phases 18-22 --distro " .. q(pkg_path) .. " " .. q(path))
+    local dry = run_bin("apply --dry-run" .. run.NO_ENGINE .. " --distro " .. q(pkg_path) .. " " .. q(path))
     assert.are.equal(3, dry.code, dry.all)
     assert.matches(cause, dry.all)
     local r = apply(path)
