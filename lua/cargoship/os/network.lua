@@ -64,6 +64,29 @@ function M.canonical(s)
   return table.concat(parts, ":")
 end
 
+-- Whether address lies inside "net/len" (IPv4 in IPv4, IPv6 in IPv6; a family mismatch or
+-- anything unreadable is false).
+function M.in_cidr(addr, cidr)
+  local net, len = (cidr or ""):match("^([^/]+)/(%d+)$")
+  len = tonumber(len)
+  if not net then return false end
+  local a4, n4 = M.ipv4(addr), M.ipv4(net)
+  if a4 and n4 then
+    if len > 32 then return false end
+    local shift = 32 - len
+    return (a4 >> shift) == (n4 >> shift)
+  end
+  local a6, n6 = M.ipv6(addr), M.ipv6(net)
+  if not a6 or not n6 or len > 128 then return false end
+  for i = 1, 8 do
+    local bits = math.max(0, math.min(16, len - (i - 1) * 16))
+    if bits == 0 then return true end
+    local shift = 16 - bits
+    if (a6[i] >> shift) ~= (n6[i] >> shift) then return false end
+  end
+  return true
+end
+
 local PRIVATE4 = { { "10.0.0.0", 8 }, { "172.16.0.0", 12 }, { "192.168.0.0", 16 } }
 
 -- Whether the route destination "net/len" lies inside a private range.

@@ -2,6 +2,7 @@
 local phase = require "cargoship.phases.validate_hosts"
 local os_registry = require "cargoship.os"
 local support = require "unit.phases.support"
+local packages = require "unit.phases.packages"
 
 local SUDO_ERR = "h%d: sudo: user admin needs a password for sudo; cargoship needs passwordless sudo (NOPASSWD)"
   .. " or root login"
@@ -40,6 +41,7 @@ end
 local function rules(list) return { ports = {}, policy = {}, firewall = { rules = list } } end
 
 describe("phase validate_hosts", function()
+  teardown(packages.release)
   it("passes a sound cluster without a single round trip for root logins", function()
     local hosts = { host(1), host(2), host(3) }
     assert.is_true((run(hosts)))
@@ -68,6 +70,19 @@ describe("phase validate_hosts", function()
     ok, err = run({ host(1, { arch = "arm", machine = "armv7l" }), host(2, { arch = "riscv64" }) })
     assert.is_nil(ok)
     assert.same({ "h1: architecture arm (uname -m armv7l) is not one the engines ship (amd64, arm64, riscv64)" }, err)
+  end)
+
+  it("refuses a node address inside the engine's pod or service CIDR, naming the CIDR", function()
+    -- the fixture upstream package (built and read for real): podSubnet 10.244.0.0/16, and
+    -- kubeadm's default service CIDR 10.96.0.0/12
+    local hosts = { host(1, { address = "10.244.3.7" }), host(2, { address = "10.100.0.2" }), host(3),
+      host(4, { address = "fd00::4" }) }
+    local ctx = support.ctx(hosts, { distro = packages.of("upstream") })
+    local got = {}
+    for _, p in ipairs(phase.problems(ctx, hosts)) do got[#got + 1] = p.host.name .. ": " .. p.message end
+    local why = ": pods, services and nodes need separate ranges (move the CIDR in the distro package's engine config)"
+    assert.same({ "h1: private address 10.244.3.7 lies in the cluster's pod or service CIDR 10.244.0.0/16" .. why,
+                  "h2: private address 10.100.0.2 lies in the cluster's pod or service CIDR 10.96.0.0/12" .. why }, got)
   end)
 
   it("refuses clocks further than the limit from the median", function()
