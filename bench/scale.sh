@@ -173,6 +173,7 @@ if [ -n "${HEAP:-}" ]; then
   CARGOSHIP_HEAP_PROFILE=1 "$BIN" apply "$C" --known-hosts "$STATE/known_hosts" --concurrency "$n" --dry-run \
     --output json 2>&1 >/dev/null | grep '^heap after' || true
   echo "== Lua heap, writing apply on $n hosts (plan pass, then run pass)"
+  sed "s/STAMP/heap-$EPOCHREALTIME/" "$WORK/scale_write.tmpl" >"$WORK/phases/scale_write.lua"   # new content: a real run
   CARGOSHIP_HEAP_PROFILE=1 "$BIN" apply "$C" --known-hosts "$STATE/known_hosts" --concurrency "$n" --confirm \
     --skip-phases 8-25,28-29 --phases "$WORK/phases" --output json 2>&1 >/dev/null | grep '^heap after' || true
 fi

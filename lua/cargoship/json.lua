@@ -42,37 +42,72 @@ local function sorted_keys(map)
   return keys
 end
 
-local function encode(v)
+-- Appends v's text to buf as fragments (buf.n counts them), handing full runs to buf.flush:
+-- the text is never built level by level, so a large document costs its size once, not
+-- once per level of nesting.
+local function put(buf, v)
   local t = type(v)
-  if v == nil or v == M.null then return "null"
-  elseif t == "boolean" then return tostring(v)
+  local s
+  if v == nil or v == M.null then s = "null"
+  elseif t == "boolean" then s = tostring(v)
   elseif t == "number" then
-    if math.type(v) == "integer" then return tostring(v) end
+    if math.type(v) == "integer" then s = tostring(v)
     -- NaN and infinities have no JSON spelling
-    if v ~= v or v == math.huge or v == -math.huge then return "null" end
-    -- the shortest of the usual spellings that reads back as the same number
-    local s = string.format("%.14g", v)
-    if tonumber(s) ~= v then s = string.format("%.17g", v) end
-    return s
+    elseif v ~= v or v == math.huge or v == -math.huge then s = "null"
+    else
+      -- the shortest of the usual spellings that reads back as the same number
+      s = string.format("%.14g", v)
+      if tonumber(s) ~= v then s = string.format("%.17g", v) end
+    end
   elseif t == "string" then
-    return '"' .. valid_utf8(v):gsub('[%c"\\]', function(c)
+    s = '"' .. valid_utf8(v):gsub('[%c"\\]', function(c)
       return NAMED[c] or string.format("\\u%04x", c:byte())
     end) .. '"'
   elseif t == "table" then
-    local parts = {}
     if getmetatable(v) == ARRAY or v[1] ~= nil then
-      for _, item in ipairs(v) do parts[#parts + 1] = encode(item) end
-      return "[" .. table.concat(parts, ",") .. "]"
+      buf.n = buf.n + 1; buf[buf.n] = "["
+      for i, item in ipairs(v) do
+        if i > 1 then buf.n = buf.n + 1; buf[buf.n] = "," end
+        put(buf, item)
+      end
+      buf.n = buf.n + 1; buf[buf.n] = "]"
+    else
+      buf.n = buf.n + 1; buf[buf.n] = "{"
+      for i, k in ipairs(sorted_keys(v)) do
+        if i > 1 then buf.n = buf.n + 1; buf[buf.n] = "," end
+        put(buf, k)
+        buf.n = buf.n + 1; buf[buf.n] = ":"
+        put(buf, v[k])
+      end
+      buf.n = buf.n + 1; buf[buf.n] = "}"
     end
-    for _, k in ipairs(sorted_keys(v)) do
-      parts[#parts + 1] = encode(k) .. ":" .. encode(v[k])
-    end
-    return "{" .. table.concat(parts, ",") .. "}"
+    return
+  else
+    error("cannot encode a " .. t .. " as JSON", 3)
   end
-  error("cannot encode a " .. t .. " as JSON", 2)
+  buf.n = buf.n + 1
+  buf[buf.n] = s
+  if buf.n >= 4096 and buf.flush then buf.flush(buf) end
 end
 
 -- M.encode(value) -> JSON text on one line.
-M.encode = encode
+function M.encode(v)
+  local buf = { n = 0 }
+  put(buf, v)
+  return table.concat(buf, "", 1, buf.n)
+end
+
+-- M.write(file, value): the same text as M.encode, written to file (anything with :write)
+-- in runs of 4,096 fragments, so no copy of the whole text is ever held.
+function M.write(file, v)
+  local buf = { n = 0 }
+  function buf.flush(b)
+    file:write(table.concat(b, "", 1, b.n))
+    for i = b.n, 1, -1 do b[i] = nil end
+    b.n = 0
+  end
+  put(buf, v)
+  buf.flush(buf)
+end
 
 return M

@@ -30,3 +30,17 @@ describe("json.encode", function()
     assert.are.equal('"a\\u0000b\\n"', json.encode("a\0b\n"))
   end)
 end)
+
+describe("json.write", function()
+  it("writes the very text encode makes, in runs, never the whole at once", function()
+    local doc = { hosts = {}, name = "c\n1", n = 1.5, none = json.null, empty = json.array() }
+    for i = 1, 3000 do doc.hosts[i] = { host = "h" .. i, ok = i % 2 == 0, writes = i, error = json.null } end
+    local runs = {}
+    json.write({ write = function(_, s) runs[#runs + 1] = s end }, doc)
+    assert.is_true(#runs > 2, "written in one piece")
+    local whole = table.concat(runs)
+    assert.are.equal(json.encode(doc), whole)
+    for _, r in ipairs(runs) do assert.is_true(#r < #whole / 2) end
+    assert.are.equal("h3000", require("cjson").decode(whole).hosts[3000].host)
+  end)
+end)

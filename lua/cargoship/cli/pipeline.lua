@@ -81,7 +81,7 @@ end
 -- Writes the final report to stdout, as the operator asked.
 local function emit(ctx, o, rep, heading)
   if o.output == "json" then
-    ctx.stdout:write(report.json(rep))
+    report.write_json(rep, ctx.stdout)
   else
     ctx.stdout:write(report.text(rep, { heading = heading }))
   end
