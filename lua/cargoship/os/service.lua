@@ -73,11 +73,13 @@ local function runit(service_dir)
       return shell.fmt("sv status %s 2>/dev/null | grep -q '^run:'", path)
     elseif verb == "start" or verb == "restart" then
       -- a service just linked in has no supervisor until runsvdir's next scan (every 5 s;
-      -- seen past 7 s on a loaded host), so wait for it, up to 30 s, and say so if it never comes
-      local ok = path .. "/supervise/ok"
-      return shell.fmt("i=0; while [ ! -e %s ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
-        .. "[ -e %s ] || { echo %s >&2; exit 1; }; sv " .. (verb == "start" and "up" or "restart") .. " %s",
-        ok, ok, "runsvdir has not started a supervisor (runsv) for " .. path .. " within 30 s", path)
+      -- seen past 7 s on a loaded host), so wait for it, up to 30 s, and say so if it never
+      -- comes. Waiting for supervise/ok to exist is not enough: runsv makes that FIFO before
+      -- it opens it, and a stale one outlives its runsv; `sv status` answers only once a runsv
+      -- reads it ("runsv not running" before: seen on 1 of 50 hosts behind a 100 ms link)
+      return shell.fmt("i=0; until sv status %s >/dev/null 2>&1; do [ $i -lt 300 ] || { echo %s >&2; exit 1; }; "
+        .. "sleep 0.1; i=$((i+1)); done; sv " .. (verb == "start" and "up" or "restart") .. " %s",
+        path, "runsvdir has not started a supervisor (runsv) for " .. path .. " within 30 s", path)
     elseif verb == "stop" then return shell.fmt("sv down %s", path)
     elseif verb == "enable" then return shell.fmt("ln -sfn %s %s", "/etc/sv/" .. name, path)
     elseif verb == "disable" then return shell.fmt("rm -f -- %s", path)

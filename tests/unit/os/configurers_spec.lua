@@ -71,7 +71,7 @@ describe("os configurers", function()
     local rn = cfg("rocky", { service_manager = "runit", service_dir = "/etc/service" })
     assert.equal("sv status '/etc/service/k3s-agent' 2>/dev/null | grep -q '^run:'",
       rn:service("is_active", "k3s-agent"))
-    assert.matches("%[ ! %-e '/etc/service/k3s%-agent/supervise/ok' %].*; sv up '/etc/service/k3s%-agent'$",
+    assert.matches("^i=0; until sv status '/etc/service/k3s%-agent' .*; sv up '/etc/service/k3s%-agent'$",
       rn:service("start", "k3s-agent"))
     assert.equal("ln -sfn '/etc/sv/k3s-agent' '/etc/service/k3s-agent'", rn:service("enable", "k3s-agent"))
     local rc = cfg("debian", { service_manager = "openrc" })

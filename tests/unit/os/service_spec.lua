@@ -115,3 +115,35 @@ describe("systemd starts that do not wait", function()
       service.manager("runit").command("start", "k3s-agent", { nowait = true }))
   end)
 end)
+
+describe("runit start", function()
+  local root
+  before_each(function()
+    root = os.tmpname()
+    os.remove(root)
+    assert(os.execute("mkdir -p " .. util.quote(root .. "/bin") .. " "
+      .. util.quote(root .. "/svc/k3s-agent/supervise")))
+    -- sv as runit's: a command on a service whose supervise/ok no runsv reads says "runsv not
+    -- running" and exits 1 (a marker file stands for the reading runsv here)
+    write(root .. "/bin/sv", "#!/bin/sh\nd=$2\n"
+      .. "if [ ! -e \"$d/supervise/reader\" ]; then echo \"fail: $d: runsv not running\"; exit 1; fi\n"
+      .. "echo \"$1: $d\" >> \"$d/supervise/done\"\necho \"ok: run: $d\"\n")
+    assert(os.execute("chmod 755 " .. util.quote(root .. "/bin/sv")))
+    -- a stale supervise/ok: the FIFO exists, nobody reads it
+    assert(os.execute("mkfifo " .. util.quote(root .. "/svc/k3s-agent/supervise/ok")))
+  end)
+  after_each(function() os.execute("rm -rf " .. util.quote(root)) end)
+
+  it("waits for a runsv that reads supervise/ok, not for the FIFO to exist", function()
+    local cmd = service.manager("runit", { service_dir = root .. "/svc" }).command("start", "k3s-agent")
+    -- the supervisor arrives 0.5 s after the start began
+    local p = assert(io.popen("(sleep 0.5; : > " .. util.quote(root .. "/svc/k3s-agent/supervise/reader") .. ") & "
+      .. "PATH=" .. util.quote(root .. "/bin") .. ":$PATH; " .. cmd .. " 2>&1; echo \"exit $?\""))
+    local out = p:read("a")
+    p:close()
+    assert.matches("ok: run: .*\nexit 0\n$", out)
+    local f = assert(io.open(root .. "/svc/k3s-agent/supervise/done"))
+    assert.matches("up: ", f:read("a"))
+    f:close()
+  end)
+end)
