@@ -129,6 +129,19 @@ void cs_ssh_reap(lua_State *L, cs_ssh *ss, const void *op) {
   }
 }
 
+int cs_ssh_orphan_step(lua_State *L, cs_ssh *ss, const void *op) {
+  unsigned long rx0 = ss->rx;
+  LIBSSH2_CHANNEL *ch = libssh2_channel_open_session(ss->s);
+  int rc = ch ? 0 : libssh2_session_last_errno(ss->s);
+  cs_ssh_after(L, ss, op, rc, rx0);
+  if (rc == LIBSSH2_ERROR_EAGAIN) return 1;
+  ss->spare_orphan = 0;
+  if (ch && !ss->spare) ss->spare = ch;
+  else if (ch) cs_ssh_abandon(ss, ch);   /* the reaper counts it down */
+  else ss->channels--;
+  return 0;
+}
+
 static const char *const FAIL_CODES[] = {
   "timeout", "refused", "auth", "hostkey", "closed", "exit", "io", NULL
 };
@@ -247,15 +260,21 @@ static int l_ssh_info(lua_State *L) {
   cs_ssh *ss = luaL_checkudata(L, 1, SSH_MT);
   static const char *const states[] = {"new", "tcp", "handshake", "auth", "ready", "closing",
                                        "closed", "broken", "resolve"};
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 11);
   lua_pushstring(L, ss->name);
   lua_setfield(L, -2, "name");
   lua_pushstring(L, states[ss->state]);
   lua_setfield(L, -2, "state");
   lua_pushboolean(L, ss->root);
   lua_setfield(L, -2, "root");
-  lua_pushinteger(L, ss->channels);
+  lua_pushinteger(L, ss->channels - (ss->spare != NULL) - ss->spare_orphan);
   lua_setfield(L, -2, "channels");
+  lua_pushboolean(L, ss->spare != NULL);
+  lua_setfield(L, -2, "spare");
+  lua_pushinteger(L, (lua_Integer)ss->opened);
+  lua_setfield(L, -2, "commands");
+  lua_pushinteger(L, (lua_Integer)ss->ahead);
+  lua_setfield(L, -2, "opened_ahead");
   lua_pushinteger(L, (lua_Integer)ss->rx);
   lua_setfield(L, -2, "bytes_received");
   if (ss->s && ss->state == SS_READY) {

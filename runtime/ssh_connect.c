@@ -255,7 +255,8 @@ static int connect_k(lua_State *L, int status, lua_KContext ctx) {
 }
 
 /* ssh.connect{address, port, user, name, key_path, pub_path, passphrase, known_hosts,
- *             host_key_policy, timeout, max_channels, fd} -> session | nil, msg, code
+ *             host_key_policy, timeout, max_channels, spare_channel, fd} -> session | nil, msg, code
+ * spare_channel = false: no channel is opened ahead of the next command (ssh_exec.c).
  * With key_path unset, the session is returned unauthenticated when agent = true, and
  * session:agent_auth() finishes the job. */
 static int l_ssh_connect(lua_State *L) {
@@ -286,6 +287,9 @@ static int l_ssh_connect(lua_State *L) {
   const char *name = opt_str(L, "name");
   ss->name = strdup(name ? name : addr);
   ss->max_channels = (int)opt_int(L, "max_channels", 10);
+  lua_getfield(L, 1, "spare_channel");
+  ss->spare_on = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
   if (!ss->name) return luaL_error(L, "ssh: out of memory");
   lua_getfield(L, 1, "fd");
   if (lua_isinteger(L, -1)) {     /* a tunnel end made by a bastion session */

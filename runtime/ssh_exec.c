@@ -1,10 +1,13 @@
 /* ssh_exec.c - session:exec: one command per channel, many channels per session at once. */
+/* A command costs one round trip, not three: its stdin and EOF follow the exec request without
+ * waiting for the reply (so the host closes the channel as the command exits), and with the
+ * request goes the open of the session's next channel (the spare), which the next command takes. */
 #include "ssh_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { E_OPEN, E_EXEC, E_STDIN, E_EOF, E_READ, E_CLOSE, E_WAITCLOSED, E_FREE, E_DONE };
+enum { E_OPEN, E_EXEC, E_STDIN, E_EOF, E_READ, E_CLOSE, E_WAITCLOSED, E_FREE, E_SPARE, E_DONE };
 
 typedef struct {
   char *p;
@@ -22,6 +25,10 @@ typedef struct {
   char *signal;
   int refused;            /* opens refused while none of ours was open */
   int napping;            /* the wait in progress is a pause before another open */
+  int spare;              /* this op is opening the session's spare channel (holds the control gate) */
+  int spare_half;         /* ... and its open packet is half sent: only the open may go on */
+  int early;              /* the exec request is sent: stdin and EOF go on before its reply */
+  int eof_sent;
 } cs_exec;
 
 /* Stack layout while an exec runs. */
@@ -53,6 +60,9 @@ static int buf_add(membuf *b, const char *data, size_t n) {
 
 static void op_release(lua_State *L, cs_exec *op) {
   cs_ssh *ss = op->ss;
+  if (op->state == E_OPEN) ss->openers--;
+  if (op->spare) ss->spare_orphan = 1;   /* libssh2 keeps the open pending: the next open ends it */
+  op->spare = op->spare_half = 0;
   if (op->holds_ctl && ss->ctl_owner == op) {
     ss->ctl_owner = NULL;
     cs_waitq_wake(L, &ss->q);
@@ -129,6 +139,46 @@ static int wait_turn(lua_State *L, cs_exec *op) {
   return cs_wait(L, -1, 0, &op->ss->q, lua_tonumber(L, A_DEADLINE), 0, exec_k);
 }
 
+/* Opens the session's spare channel on by one step. Rule 2 of notes/libssh2.md: while its
+ * packet is half sent nothing else may call into the session. -> 1 while it is half sent. */
+static int spare_step(lua_State *L, cs_exec *op) {
+  cs_ssh *ss = op->ss;
+  unsigned long rx0 = ss->rx;
+  LIBSSH2_CHANNEL *ch = libssh2_channel_open_session(ss->s);
+  int rc = ch ? 0 : libssh2_session_last_errno(ss->s);
+  cs_ssh_after(L, ss, op, rc, rx0);
+  if (rc == LIBSSH2_ERROR_EAGAIN) {
+    op->spare_half = (libssh2_session_block_directions(ss->s) & LIBSSH2_SESSION_BLOCK_OUTBOUND) != 0;
+    return op->spare_half;
+  }
+  op->spare = op->spare_half = 0;
+  if (op->state != E_EXEC) {   /* the exec request's reply is in: the gate is free */
+    op->holds_ctl = 0;
+    ss->ctl_owner = NULL;
+    cs_waitq_wake(L, &ss->q);
+  }
+  if (ch) {
+    ss->spare = ch;
+  } else {
+    ss->channels--;
+    ss->spare_on = 0;   /* refused (MaxSessions lower than we assumed) or failed: open on demand */
+  }
+  return 0;
+}
+
+/* Starts the spare's open once this op's exec request is sent (the op holds the control gate:
+ * an open and a request wait for different replies), when nobody else waits to open a channel,
+ * a slot is free and no packet is half sent. */
+static void spare_begin(lua_State *L, cs_exec *op) {
+  cs_ssh *ss = op->ss;
+  if (!ss->spare_on || ss->spare || ss->spare_orphan || ss->openers > 0 || ss->ctl_owner != op ||
+      ss->send_owner || ss->channels + 1 >= ss->max_channels)
+    return;
+  op->spare = 1;
+  ss->channels++;
+  spare_step(L, op);
+}
+
 /* A pause before trying the open again, cut short by the command's own deadline (which then
  * times it out as any other wait would). */
 static int nap(lua_State *L, cs_exec *op) {
@@ -151,8 +201,23 @@ static int finish(lua_State *L, cs_exec *op) {
 
 static int step_open(lua_State *L, cs_exec *op) {
   cs_ssh *ss = op->ss;
-  if ((ss->ctl_owner && ss->ctl_owner != op) || ss->channels >= ss->max_channels)
-    return wait_turn(L, op);   /* one channel request in flight per session; MaxSessions */
+  if (ss->ctl_owner && ss->ctl_owner != op) return wait_turn(L, op);   /* rule 3 */
+  if (ss->spare_orphan) {
+    ss->ctl_owner = op;
+    op->holds_ctl = 1;
+    return cs_ssh_orphan_step(L, ss, op) ? wait_session(L, op) : -1;
+  }
+  if (ss->spare) {   /* opened ahead: the exec request goes at once */
+    ss->ctl_owner = op;
+    op->holds_ctl = 1;
+    op->ch = ss->spare;
+    ss->spare = NULL;
+    ss->openers--;
+    ss->ahead++;
+    op->state = E_EXEC;
+    return -1;
+  }
+  if (ss->channels >= ss->max_channels) return wait_turn(L, op);   /* MaxSessions */
   ss->ctl_owner = op;
   op->holds_ctl = 1;
   unsigned long rx0 = ss->rx;
@@ -173,22 +238,58 @@ static int step_open(lua_State *L, cs_exec *op) {
   }
   if (rc) return exec_fail(L, op, "exec: open channel", "io");
   ss->channels++;
+  ss->openers--;
   op->state = E_EXEC;
   return -1;
 }
 
+/* Sends what stdin fits in the channel's window and then EOF, while the exec request waits for
+ * its reply. -> 1 when a packet of ours is half sent (only it may go on). */
+static int early_input(lua_State *L, cs_exec *op) {
+  cs_ssh *ss = op->ss;
+  size_t len = 0;
+  lua_getfield(L, A_OPTS, "stdin");
+  const char *in = lua_tolstring(L, -1, &len);
+  lua_pop(L, 1);   /* the string stays referenced by opts */
+  while (in && op->in_off < len) {
+    unsigned long rx0 = ss->rx;
+    ssize_t w = libssh2_channel_write(op->ch, in + op->in_off, len - op->in_off);
+    cs_ssh_after(L, ss, op, w < 0 ? (int)w : 0, rx0);
+    if (w == LIBSSH2_ERROR_EAGAIN) return ss->send_owner == op;
+    if (w < 0) return 0;   /* the write after the reply says why */
+    op->in_off += (size_t)w;
+  }
+  if (op->eof_sent) return 0;
+  unsigned long rx0 = ss->rx;
+  int rc = libssh2_channel_send_eof(op->ch);
+  cs_ssh_after(L, ss, op, rc, rx0);
+  if (rc == LIBSSH2_ERROR_EAGAIN) return ss->send_owner == op;
+  op->eof_sent = 1;   /* or failed: step_eof's own send is then the one that says so */
+  return 0;
+}
+
 static int step_exec(lua_State *L, cs_exec *op) {
   cs_ssh *ss = op->ss;
+  if (op->early && early_input(L, op)) return wait_session(L, op);
   size_t len;
   const char *cmd = lua_tolstring(L, A_CMD, &len);
   unsigned long rx0 = ss->rx;
   int rc = libssh2_channel_process_startup(op->ch, "exec", 4, cmd, (unsigned)len);
   cs_ssh_after(L, ss, op, rc, rx0);
-  if (rc == LIBSSH2_ERROR_EAGAIN) return wait_session(L, op);
+  if (rc == LIBSSH2_ERROR_EAGAIN) {
+    if (ss->send_owner == op || op->early) return wait_session(L, op);
+    op->early = 1;   /* the request is out: its reply comes with the command's output */
+    if (!early_input(L, op)) spare_begin(L, op);
+    return -1;
+  }
   if (rc) return exec_fail(L, op, "exec: start command", "io");
-  ss->ctl_owner = NULL;
-  op->holds_ctl = 0;
-  cs_waitq_wake(L, &ss->q);
+  if (!op->early) spare_begin(L, op);   /* the reply came with the request's own call */
+  if (!op->spare) {
+    ss->ctl_owner = NULL;
+    op->holds_ctl = 0;
+    cs_waitq_wake(L, &ss->q);
+  }
+  ss->opened++;
   op->state = E_STDIN;
   return -1;
 }
@@ -221,6 +322,10 @@ static int step_stdin(lua_State *L, cs_exec *op) {
 
 static int step_eof(lua_State *L, cs_exec *op) {
   cs_ssh *ss = op->ss;
+  if (op->eof_sent) {
+    op->state = E_READ;
+    return -1;
+  }
   unsigned long rx0 = ss->rx;
   int rc = libssh2_channel_send_eof(op->ch);
   cs_ssh_after(L, ss, op, rc, rx0);
@@ -269,7 +374,8 @@ static int step_close(lua_State *L, cs_exec *op) {
     return -1;
   }
   op->ch = NULL;
-  return finish(L, op);
+  op->state = E_SPARE;
+  return -1;
 }
 
 static int exec_step(lua_State *L, cs_exec *op) {
@@ -278,6 +384,8 @@ static int exec_step(lua_State *L, cs_exec *op) {
     if (ss->state == SS_BROKEN || !ss->s) return exec_fail(L, op, "exec", "closed");
     cs_ssh_reap(L, ss, op);
     if (!cs_ssh_may_call(ss, op)) return wait_turn(L, op);
+    /* the spare's open goes on beside the command, unless the command's packet is half sent */
+    if (op->spare && (ss->send_owner != op || op->spare_half) && spare_step(L, op)) return wait_session(L, op);
     int r;
     switch (op->state) {
       case E_OPEN: r = step_open(L, op); break;
@@ -286,6 +394,7 @@ static int exec_step(lua_State *L, cs_exec *op) {
       case E_EOF: r = step_eof(L, op); break;
       case E_READ: r = step_read(L, op); break;
       case E_CLOSE: case E_WAITCLOSED: case E_FREE: r = step_close(L, op); break;
+      case E_SPARE: r = op->spare ? wait_session(L, op) : finish(L, op); break;
       default: return luaL_error(L, "ssh: exec: bad state %d", op->state);
     }
     if (r >= 0) return r;
@@ -339,6 +448,7 @@ static int l_ssh_exec(lua_State *L) {
   memset(op, 0, sizeof *op);
   op->ss = ss;
   op->state = E_OPEN;
+  ss->openers++;
   luaL_setmetatable(L, EXEC_MT);
   lua_pushvalue(L, A_SESSION);
   lua_setiuservalue(L, A_OP, 1);   /* the session outlives its operations */

@@ -56,7 +56,12 @@ typedef struct cs_ssh {
   const void *ctl_owner;   /* op with a channel request in flight (rule 3) */
   const void *sftp_owner;  /* one SFTP transfer at a time: libssh2's SFTP state is shared */
   unsigned long rx;        /* bytes received: tells a call that drained the socket */
-  int channels, max_channels;
+  int channels, max_channels;  /* channels counts the spare, and an orphaned spare open */
+  LIBSSH2_CHANNEL *spare;  /* a session channel opened ahead of the next command (ssh_exec.c) */
+  int spare_on;            /* open one ahead at all (connect's spare_channel, default on) */
+  int spare_orphan;        /* a spare's open was left pending: the next open completes it */
+  int openers;             /* commands waiting to open a channel: no spare while any does */
+  unsigned long opened, ahead;  /* commands run, and how many of them on a spare */
   LIBSSH2_CHANNEL **dead;  /* abandoned channels still to close and free */
   int ndead, capdead;
   LIBSSH2_SFTP *sftp;
@@ -87,6 +92,11 @@ int cs_ssh_wait(lua_State *L, cs_ssh *ss, const void *op, double deadline,
 
 /* Closes and frees abandoned channels as far as possible without waiting. */
 void cs_ssh_reap(lua_State *L, cs_ssh *ss, const void *op);
+
+/* Ends the open of a spare channel its command left pending (ssh_exec.c): libssh2 has one open
+ * at a time per session, and any open of any kind would otherwise get that channel. Called
+ * with the control gate held by op. -> 1 while it is still pending. */
+int cs_ssh_orphan_step(lua_State *L, cs_ssh *ss, const void *op);
 
 /* Hands a channel whose operation was cut short to the reaper. */
 void cs_ssh_abandon(cs_ssh *ss, LIBSSH2_CHANNEL *ch);

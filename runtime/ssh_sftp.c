@@ -169,6 +169,7 @@ static int step_init(lua_State *L, cs_sftp *op) {
     return cs_wait(L, -1, 0, &ss->q, lua_tonumber(L, A_DEADLINE), 0, sftp_k);
   ss->ctl_owner = op;
   op->holds_ctl = 1;
+  if (ss->spare_orphan && cs_ssh_orphan_step(L, ss, op)) return wait_session(L, op);
   unsigned long rx0 = ss->rx;
   ss->sftp = libssh2_sftp_init(ss->s);
   int rc = ss->sftp ? 0 : libssh2_session_last_errno(ss->s);

@@ -64,6 +64,7 @@ static int forward_step(lua_State *L, cs_tunnel *t) {
     if (!cs_ssh_may_call(ss, t) || (ss->ctl_owner && ss->ctl_owner != t))
       return cs_wait(L, -1, 0, &ss->q, deadline, 0, forward_k);
     ss->ctl_owner = t;
+    if (ss->spare_orphan && cs_ssh_orphan_step(L, ss, t)) return cs_ssh_wait(L, ss, t, deadline, 0, forward_k);
     unsigned long rx0 = ss->rx;
     t->ch = libssh2_channel_direct_tcpip_ex(ss->s, lua_tostring(L, 2), (int)lua_tointeger(L, 3),
                                             "127.0.0.1", 22);

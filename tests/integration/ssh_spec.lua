@@ -408,6 +408,34 @@ describe("ssh transport on the lab", function()
     end)
   end)
 
+  only("libssh2", "runs each command after a session's first on a channel opened while the one before ran",
+    "openSSH: its master opens the channels", function()
+    local h = lab.host(5)
+    run(function()
+      for _, spare in ipairs { true, false } do
+        local c = assert(new_transport { spare_channel = spare }:connect(lab.conn(h), h.name))
+        for i = 1, 5 do assert.are.same({ i .. "\n", "", 0 }, { c:exec("echo " .. i) }) end
+        local info = c.session:info()
+        assert.are.equal(5, info.commands)
+        -- the first opens its own; each later one takes the spare its predecessor opened
+        assert.are.equal(spare and 4 or 0, info.opened_ahead)
+        assert.are.equal(spare, info.spare)
+        assert.are.equal(0, info.channels)
+        -- commands at once: each opens its own, and the spare goes to one of them
+        local tasks = {}
+        for i = 1, 12 do tasks[i] = loop.spawn(function() return c:exec("echo " .. i .. "; sleep 0.1") end) end
+        for i = 1, 12 do
+          local ok, out = tasks[i]:join()
+          assert.is_true(ok)
+          assert.are.equal(i .. "\n", out)
+        end
+        assert.are.same({ "x\n", "", 0 }, { c:exec("cat", { stdin = "x\n" }) })
+        assert.are.equal(0, c.session:info().channels)
+        c:close()
+      end
+    end)
+  end)
+
   only("libssh2", "reaches 10 hosts through one bastion session",
     "openSSH: blocks jump through ssh_config's ProxyJump/ProxyCommand, openssh_spec", function()
     local hosts = lab.hosts()

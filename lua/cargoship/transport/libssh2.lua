@@ -63,6 +63,8 @@ function M.new(opts)
     passphrase = opts.passphrase,
     keepalive = opts.keepalive or M.KEEPALIVE,
     keepalive_count_max = opts.keepalive_count_max or M.KEEPALIVE_COUNT_MAX,
+    -- each command opens the next one's channel while it runs (runtime/ssh_exec.c); false: not
+    spare_channel = opts.spare_channel ~= false,
     -- sshd drops unauthenticated connections beyond MaxStartups (10 by default): handshakes
     -- are paced per endpoint and overall, and dropped ones tried again (transport/pacer.lua)
     pacer = opts.pacer or pacer.new { per_endpoint = opts.max_startups, total = opts.max_unauthenticated },
@@ -187,6 +189,7 @@ local function params_for(self, c, name)
   local p = {
     address = c.address, port = c.port or 22, user = user, name = name,
     known_hosts = kh, host_key_policy = policy, timeout = self.timeout,
+    spare_channel = self.spare_channel,
   }
   if c.key_path then
     local path = expand_home(c.key_path, self.env)
