@@ -92,7 +92,7 @@ end
 
 -- conn:upload(local, remote, {mode = "0644"|number, owner, group, timeout, sha256 = expected, assessed})
 --   -> { skipped = bool, bytes = n, sha256 = hex } | nil, msg, code
--- To a temporary name beside the target, fsync'd, checked against the expected sha256 on the
+-- To a temporary name beside the target, fsync'd (by the finishing script), checked against the expected sha256 on the
 -- host, then renamed into place: the target is either the old file or the whole new one.
 -- Skipped when the host already has the same content, mode and owner. With opts.sha256 (the
 -- plan's hash, taken once per run) the local file is not hashed again for every host: the
@@ -136,17 +136,18 @@ function methods:upload(local_path, remote, opts)
   local stage = self.root and beside or (".cargoship-" .. self.run_id .. "-" .. basename(remote))
   self.temps[#self.temps + 1] = beside
   if stage ~= beside then self.temps[#self.temps + 1] = stage end
-  -- fsync'd by the session when it is the temp file itself; a stage that is copied is synced as the copy
+  -- fsync'd by the finishing script, not by the session: an SFTP fsync is a round trip of its own
   self.round_trips = (self.round_trips or 0) + 1
   local bytes, err, code = self.session:put(local_path, stage,
-    { mode = 384, timeout = opts.timeout, fsync = stage == beside, offer = M.offer(self.quickest) })
+    { mode = 384, timeout = opts.timeout, fsync = false, offer = M.offer(self.quickest) })
   if not bytes then return after_failed_put(self, remote, stage, beside, size, err, code, opts.timeout) end
   local script = {
     "set -e",
     HOST_SHA256,
     shell.fmt("src=%s; tmp=%s; dst=%s", stage, beside, remote),
     "trap 'rm -f -- \"$tmp\"' EXIT",
-    '[ "$src" = "$tmp" ] || { cp -- "$src" "$tmp"; rm -f -- "$src"; sync -- "$tmp" 2>/dev/null || sync; }',
+    '[ "$src" = "$tmp" ] || { cp -- "$src" "$tmp"; rm -f -- "$src"; }',
+    'sync -- "$tmp" 2>/dev/null || sync',
     'sum=$(cs_sha256 "$tmp"); sum=${sum%% *}',
     shell.fmt('[ "$sum" = %s ] || { echo "checksum mismatch after upload: got $sum, expected %s'
       .. ' (did the local file change since the plan?)" >&2; exit 65; }', sum, sum),
