@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int cs_fail(lua_State *L, const char *who, const char *op, const char *detail, const char *code) {
@@ -262,6 +263,14 @@ static int l_util_now(lua_State *L) {
   return 1;
 }
 
+/* util.wall() -> seconds since the epoch, with their fraction (util.now is monotonic). */
+static int l_util_wall(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
+  return 1;
+}
+
 /* util.isatty(fd | "stdin" | "stdout" | "stderr") -> boolean */
 static int l_util_isatty(lua_State *L) {
   int fd;
@@ -295,6 +304,7 @@ static const luaL_Reg util_funcs[] = {
   {"sha256_hasher", l_util_sha256_hasher},
   {"read_regular", l_util_read_regular},
   {"now", l_util_now},
+  {"wall", l_util_wall},
   {"isatty", l_util_isatty},
   {"getpid", l_util_getpid},
   {"hostname", l_util_hostname},

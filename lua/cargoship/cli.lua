@@ -194,6 +194,7 @@ local function surroundings(sys)
     stderr = sys.stderr or io.stderr,
     isatty = isatty,
     now = sys.now or os.time,
+    log_now = sys.now or require("cargoship.util").wall,   -- the log's stamps: to the millisecond
     pid = sys.pid,
   }
 end
@@ -205,7 +206,7 @@ local function open_logger(out, cmd, options)
     level = console_level(options),
     color = log.want_color({ isatty = out.isatty.stderr, env = out.env, no_color = options.no_color }),
     stream = out.stderr,
-    now = out.now,
+    now = out.log_now,
     format = options.log_format,
   }
   if options.log_file then

@@ -125,3 +125,15 @@ describe("util.sha256", function()
     assert.are.equal("io", code)
   end)
 end)
+
+describe("util.wall", function()
+  it("is the time of day to a fraction of a second, where util.now is a monotonic clock", function()
+    local before, w, after = os.time(), util.wall(), os.time()
+    assert.is_true(w >= before and w < after + 1, string.format("%f not in [%d, %d]", w, before, after + 1))
+    -- a sleep of 0.2 s shows in the fraction, not only in whole seconds
+    local a = util.wall()
+    os.execute("sleep 0.2")
+    local d = util.wall() - a
+    assert.is_true(d > 0.15 and d < 2, tostring(d))
+  end)
+end)
