@@ -1,5 +1,5 @@
 /* ssh_exec.c - session:exec: one command per channel, many channels per session at once. */
-/* A command costs one round trip, not three: its stdin and EOF follow the exec request without
+/* A command costs one round trip, not two: its stdin and EOF follow the exec request without
  * waiting for the reply (so the host closes the channel as the command exits), and with the
  * request goes the open of the session's next channel (the spare), which the next command takes. */
 #include "ssh_int.h"
@@ -243,9 +243,9 @@ static int step_open(lua_State *L, cs_exec *op) {
   return -1;
 }
 
-/* Sends what stdin fits in the channel's window and then EOF, while the exec request waits for
- * its reply. -> 1 when a packet of ours is half sent (only it may go on). */
-static int early_input(lua_State *L, cs_exec *op) {
+/* Writes stdin on from in_off until all of it is sent or the channel would block.
+ * -> 0 when all is sent, else libssh2's code (EAGAIN: would block); *moved: some went. */
+static int write_stdin(lua_State *L, cs_exec *op, int *moved) {
   cs_ssh *ss = op->ss;
   size_t len = 0;
   lua_getfield(L, A_OPTS, "stdin");
@@ -255,13 +255,22 @@ static int early_input(lua_State *L, cs_exec *op) {
     unsigned long rx0 = ss->rx;
     ssize_t w = libssh2_channel_write(op->ch, in + op->in_off, len - op->in_off);
     cs_ssh_after(L, ss, op, w < 0 ? (int)w : 0, rx0);
-    if (w == LIBSSH2_ERROR_EAGAIN) return ss->send_owner == op;
-    if (w < 0) return 0;   /* the write after the reply says why */
+    if (w < 0) return (int)w;
     op->in_off += (size_t)w;
+    *moved = 1;
   }
-  if (op->eof_sent) return 0;
+  return 0;
+}
+
+/* Sends what stdin fits in the channel's window and then EOF, while the exec request waits for
+ * its reply. -> 1 when a packet of ours is half sent (only it may go on). */
+static int early_input(lua_State *L, cs_exec *op) {
+  cs_ssh *ss = op->ss;
+  int moved = 0, rc = write_stdin(L, op, &moved);
+  if (rc == LIBSSH2_ERROR_EAGAIN) return ss->send_owner == op;
+  if (rc < 0 || op->eof_sent) return 0;   /* a failed write: the one after the reply says why */
   unsigned long rx0 = ss->rx;
-  int rc = libssh2_channel_send_eof(op->ch);
+  rc = libssh2_channel_send_eof(op->ch);
   cs_ssh_after(L, ss, op, rc, rx0);
   if (rc == LIBSSH2_ERROR_EAGAIN) return ss->send_owner == op;
   op->eof_sent = 1;   /* or failed: step_eof's own send is then the one that says so */
@@ -296,21 +305,9 @@ static int step_exec(lua_State *L, cs_exec *op) {
 
 static int step_stdin(lua_State *L, cs_exec *op) {
   cs_ssh *ss = op->ss;
-  size_t len = 0;
-  lua_getfield(L, A_OPTS, "stdin");
-  const char *in = lua_tolstring(L, -1, &len);
-  lua_pop(L, 1);   /* the string stays referenced by opts */
-  int progress = 0;
-  while (in && op->in_off < len) {
-    unsigned long rx0 = ss->rx;
-    ssize_t w = libssh2_channel_write(op->ch, in + op->in_off, len - op->in_off);
-    cs_ssh_after(L, ss, op, w < 0 ? (int)w : 0, rx0);
-    if (w == LIBSSH2_ERROR_EAGAIN) break;
-    if (w < 0) return exec_fail(L, op, "exec: write stdin", "io");
-    op->in_off += (size_t)w;
-    progress = 1;
-  }
-  if (!in || op->in_off >= len) {
+  int progress = 0, rc = write_stdin(L, op, &progress);
+  if (rc < 0 && rc != LIBSSH2_ERROR_EAGAIN) return exec_fail(L, op, "exec: write stdin", "io");
+  if (rc == 0) {
     op->state = E_EOF;
     return -1;
   }
