@@ -35,7 +35,7 @@ local function parse_openssh(blob)
   if not ok then return nil end
   local ok2, ktype = pcall(string.unpack, ">s4", pub)
   if not ok2 then return nil end
-  return ktype, cipher ~= "none"
+  return ktype, cipher ~= "none", pub
 end
 
 local function kind_of(ktype)
@@ -46,7 +46,8 @@ local function kind_of(ktype)
   return ktype or "unknown"
 end
 
--- M.inspect(text) -> { type = "ed25519"|"ecdsa"|"rsa"|"dsa"|..., encrypted = bool } | nil, why
+-- M.inspect(text) -> { type = "ed25519"|"ecdsa"|"rsa"|"dsa"|..., encrypted = bool, public } | nil, why
+-- public: the public key blob an OpenSSH-format file carries (PEM files have none).
 -- Only the first BEGIN line counts, found by plain search: an unanchored pattern retried at
 -- every "-----BEGIN" of a 1 MiB file of them took minutes.
 function M.inspect(text)
@@ -60,9 +61,9 @@ function M.inspect(text)
   end
   if not body then return nil, "not a PEM or OpenSSH private key" end
   if label == "OPENSSH PRIVATE KEY" then
-    local ktype, encrypted = parse_openssh(M.base64_decode(body))
+    local ktype, encrypted, public = parse_openssh(M.base64_decode(body))
     if not ktype then return nil, "damaged OpenSSH private key" end
-    return { type = kind_of(ktype), encrypted = encrypted }
+    return { type = kind_of(ktype), encrypted = encrypted, public = public }
   end
   if PEM_TYPES[label] then
     return { type = PEM_TYPES[label], encrypted = body:find("ENCRYPTED", 1, true) ~= nil }
@@ -70,6 +71,22 @@ function M.inspect(text)
   if label == "ENCRYPTED PRIVATE KEY" then return { type = "unknown", encrypted = true } end
   if label == "PRIVATE KEY" then return { type = "unknown", encrypted = false } end
   return nil, "unsupported key format " .. label
+end
+
+-- M.public_file(path, blob) -> path .. ".pub" when that file holds the public key blob, else nil.
+-- libssh2 given no public key file derives the key from the private one on every login, and
+-- OpenSSL 3 tries each of its decoders on the file first: a third of `exec`'s client CPU
+-- (200 hosts: 0.60 s with, 0.40 s without). A .pub that is not this key's would fail every
+-- login, so it must match.
+function M.public_file(path, blob)
+  if not blob then return nil end
+  local f = io.open(path .. ".pub", "rb")
+  if not f then return nil end
+  local line = f:read(16384) or ""
+  f:close()
+  local b64 = line:match("^%S+%s+([%w+/=]+)")
+  if b64 and M.base64_decode(b64) == blob then return path .. ".pub" end
+  return nil
 end
 
 -- OpenSSH refuses private key files over 1 MiB (authfile.c: MAX_KEY_FILE_SIZE (1024 * 1024),

@@ -140,6 +140,7 @@ function Kind:read_key(path, passphrase_env)
     if not k then info = { err = "key " .. path .. ": " .. why }
     elseif k.type == "rsa" or k.type == "dsa" then info = { err = "key " .. path .. ": " .. keys.RSA_MESSAGE }
     else info = k end
+    if not info.err then info.pub_path = keys.public_file(path, info.public) end
     if info.encrypted then
       local pass = passphrase_env and self.env(passphrase_env)
       if not pass or pass == "" then pass = self.passphrase and self.passphrase(path) end
@@ -198,7 +199,7 @@ local function params_for(self, c, name)
     if info.agent then
       p.agent_socket = info.agent.socket
     else
-      p.key_path, p.passphrase = path, info.passphrase
+      p.key_path, p.passphrase, p.pub_path = path, info.passphrase, info.pub_path
     end
   elseif not self.env("SSH_AUTH_SOCK") then
     local home = self.env("HOME") or ""
@@ -210,7 +211,7 @@ local function params_for(self, c, name)
         local info = self:key(path)
         if not info.err then
           if info.agent then p.agent_socket = info.agent.socket
-          else p.key_path, p.passphrase = path, info.passphrase end
+          else p.key_path, p.passphrase, p.pub_path = path, info.passphrase, info.pub_path end
           break
         end
       end

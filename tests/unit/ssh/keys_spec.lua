@@ -88,6 +88,37 @@ describe("keys.inspect", function()
   end)
 end)
 
+describe("the key's public file", function()
+  local dir
+  setup(function() dir = support.temp_dir() end)
+  teardown(function() support.remove_tree(dir) end)
+
+  -- libssh2 given no public key file derives it from the private key on every login (OpenSSL
+  -- trying its decoders on the file); the kind hands it the .pub, but only this key's
+  it("is used when it holds the key's own public key, plain or encrypted, and not otherwise", function()
+    local q = util.quote
+    for _, k in ipairs { { "plain", "''" }, { "locked", "'a phrase'" } } do
+      local key = dir .. "/" .. k[1]
+      assert(os.execute("ssh-keygen -q -t ed25519 -N " .. k[2] .. " -C spec -f " .. q(key)))
+      local info = assert(keys.inspect(keys.read(key)))
+      assert.are.equal(key .. ".pub", keys.public_file(key, info.public))
+      local t = libssh2.new({ env = function() return nil end, passphrase = function() return nil end })
+      if k[1] == "plain" then assert.are.equal(key .. ".pub", t:key(key).pub_path) end
+    end
+    -- another key's .pub beside it, a damaged one, none: libssh2 derives the key itself
+    os.execute("cp " .. q(dir .. "/locked.pub") .. " " .. q(dir .. "/plain.pub"))
+    local info = keys.inspect(keys.read(dir .. "/plain"))
+    assert.is_nil(keys.public_file(dir .. "/plain", info.public))
+    assert.is_nil(libssh2.new({ env = function() return nil end }):key(dir .. "/plain").pub_path)
+    local f = assert(io.open(dir .. "/plain.pub", "wb")); f:write("ssh-ed25519 !!!\n"); f:close()
+    assert.is_nil(keys.public_file(dir .. "/plain", info.public))
+    os.remove(dir .. "/plain.pub")
+    assert.is_nil(keys.public_file(dir .. "/plain", info.public))
+    -- a PEM key carries no public blob to compare with
+    assert.is_nil(keys.public_file(dir .. "/plain", nil))
+  end)
+end)
+
 describe("the libssh2 session kind with a hostile keyPath", function()
   local dir
   setup(function() dir = support.temp_dir() end)
