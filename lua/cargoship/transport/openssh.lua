@@ -116,15 +116,10 @@ end
 -- M.put_command(remote, mode, fsync) -> the remote command line that writes its stdin to
 -- remote (created or truncated, then given mode), fsync'd when asked, and prints its size.
 function M.put_command(remote, mode, fsync)
-  local q = util.quote
-  return table.concat({
-    "umask 077",
-    "f=" .. q(remote),
-    'cat >"$f"',
-    string.format('chmod %o -- "$f"', mode or 384),
-    fsync ~= false and '{ sync -- "$f" 2>/dev/null || sync; }' or nil,
-    'wc -c <"$f"',
-  }, " && ")
+  local steps = { "umask 077", "f=" .. util.quote(remote), 'cat >"$f"', string.format('chmod %o -- "$f"', mode or 384) }
+  if fsync ~= false then steps[#steps + 1] = '{ sync -- "$f" 2>/dev/null || sync; }' end
+  steps[#steps + 1] = 'wc -c <"$f"'
+  return table.concat(steps, " && ")
 end
 
 -- M.get_command(remote) -> the remote command line that writes remote to stdout.

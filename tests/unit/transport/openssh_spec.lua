@@ -113,6 +113,17 @@ describe("openssh remote file commands", function()
     assert.are.equal("payload\n", sh("sh -c " .. q(openssh.get_command(name))))
   end)
 
+  it("write without a sync when the caller syncs later, and with one when asked", function()
+    write(dir .. "/src", "abc")
+    for _, fsync in ipairs { false, true } do
+      local cmd = openssh.put_command(dir .. "/f", 384, fsync)
+      assert.are.equal(fsync, cmd:find("sync", 1, true) ~= nil)
+      local out = sh("cd " .. q(dir) .. " && sh -c " .. q(cmd) .. " < src")
+      assert.are.equal("3", out:match("^%s*(%d+)%s*$"))
+      assert.are.equal("abc", read(dir .. "/f"))
+    end
+  end)
+
   it("keeps ssh's facts and drops its warning box", function()
     local said = openssh.summary(table.concat({
       "@@@@@@@@@@@@@", "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @", "@@@@@@@@@@@@@",
