@@ -145,3 +145,75 @@ describe("phase install_staged", function()
     assert.same({ fresh, stopped, upgrading, unjoined }, phase.prepare(ctx))
   end)
 end)
+
+-- The query itself, run in this machine's shell against package files built here by the real
+-- dpkg-deb and rpmbuild, with each tool counted through a logging shim first on PATH.
+describe("phase install_staged's query of the staged files", function()
+  local util = require "cargoship.util"
+  local shell = require "cargoship.shell"
+  local install = require "cargoship.phases.lib.install"
+  local q = util.quote
+  local work
+
+  local function sh(cmd)
+    local p = assert(io.popen(cmd .. " 2>&1"))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    return out, code
+  end
+
+  local function shim(tool)
+    local p = work .. "/bin/" .. tool
+    local f = assert(io.open(p, "w"))
+    f:write("#!/bin/sh\necho " .. tool .. " >> " .. q(work .. "/calls") .. "\nexec /usr/bin/" .. tool .. ' "$@"\n')
+    f:close()
+    assert(os.execute("chmod 755 " .. q(p)))
+  end
+
+  setup(function()
+    work = os.tmpname()
+    os.remove(work)
+    assert(os.execute("mkdir -p " .. q(work .. "/bin") .. " " .. q(work .. "/deb/DEBIAN")))
+    local f = assert(io.open(work .. "/deb/DEBIAN/control", "w"))
+    f:write("Package: cs-q\nVersion: 1:1.2-3\nArchitecture: all\nMaintainer: t <t@t>\nDescription: t\n")
+    f:close()
+    local out, code = sh("dpkg-deb -b " .. q(work .. "/deb") .. " " .. q(work .. "/cs-q.deb"))
+    assert(code == 0, out)
+    f = assert(io.open(work .. "/cs-r.spec", "w"))
+    f:write("Name: cs-r\nVersion: 2.0\nRelease: 4.el9\nSummary: t\nLicense: MIT\nBuildArch: noarch\n"
+      .. "%description\nt\n%files\n")
+    f:close()
+    out, code = sh(string.format("rpmbuild --quiet -bb %s --define %s --define %s", q(work .. "/cs-r.spec"),
+      q("_topdir " .. work .. "/top"), q("_rpmdir " .. work .. "/rpms")))
+    assert(code == 0, out)
+    shim("dpkg-deb")
+    shim("rpm")
+  end)
+  teardown(function() os.execute("rm -rf " .. q(work)) end)
+
+  local function run(method, path)
+    os.remove(work .. "/calls")
+    local out = sh("PATH=" .. q(work .. "/bin") .. ":$PATH sh -c " .. q(shell.fmt(install.QUERY[method], path, "1")))
+    local calls = sh("cat " .. q(work .. "/calls") .. " 2>/dev/null")
+    return out, calls
+  end
+
+  it("reads a .deb's name and version with one dpkg-deb run", function()
+    local out, calls = run("apt", work .. "/cs-q.deb")
+    assert.are.equal("P 1 cs-q 1:1.2-3 - -\n", out)
+    assert.are.equal("dpkg-deb\n", calls)
+  end)
+
+  it("reads an .rpm's name and version-release with one rpm run on the file", function()
+    local path = sh("find " .. q(work .. "/rpms") .. " -name 'cs-r-*.rpm'"):match("[^\n]+")
+    local out, calls = run("rpm", path)
+    assert.are.equal("P 1 cs-r 2.0-4.el9 -\n", out)
+    -- the file once, then the database once for the installed version
+    assert.are.equal("rpm\nrpm\n", calls)
+  end)
+
+  it("says - for a file that is not there (a dry run before the upload)", function()
+    assert.are.equal("P 1 - - - -\n", (run("apt", work .. "/absent.deb")))
+    assert.are.equal("P 1 - - -\n", (run("rpm", work .. "/absent.rpm")))
+  end)
+end)

@@ -16,12 +16,14 @@ local uploads = require "cargoship.phases.lib.uploads"
 
 local M = {}
 
--- Per staged package file: its name, its version, the version installed (or nothing).
+-- Per staged package file: its name, its version, the version installed (or nothing). The
+-- file is read once (one dpkg-deb or rpm run a file, not one a field: each unpacks its header).
+-- rpm -q says "package X is not installed" on stdout: that is no version.
 local QUERY = {
-  rpm = "n=$(rpm -qp --qf '%%{NAME}' -- %s 2>/dev/null); v=$(rpm -qp --qf '%%{VERSION}-%%{RELEASE}' -- %s"
-    .. " 2>/dev/null); h=; [ -n \"$n\" ] && h=$(rpm -q --qf '%%{VERSION}-%%{RELEASE}' -- \"$n\" 2>/dev/null);"
+  rpm = "r=$(rpm -qp --qf '%%{NAME} %%{VERSION}-%%{RELEASE}' -- %s 2>/dev/null); n=${r%%%% *}; v=${r#* };"
+    .. " h=; [ -n \"$n\" ] && { h=$(rpm -q --qf '%%{VERSION}-%%{RELEASE}' -- \"$n\" 2>/dev/null) || h=; };"
     .. " printf 'P %s %%s %%s %%s\\n' \"${n:--}\" \"${v:--}\" \"${h:--}\"",
-  apt = "n=$(dpkg-deb -f %s Package 2>/dev/null); v=$(dpkg-deb -f %s Version 2>/dev/null); h=;"
+  apt = "r=$(dpkg-deb -W --showformat='${Package} ${Version}' -- %s 2>/dev/null); n=${r%%%% *}; v=${r#* }; h=;"
     .. " [ -n \"$n\" ] && h=$(dpkg-query -W -f='${db:Status-Want}=${db:Status-Status}=${Version}' \"$n\" 2>/dev/null);"
     .. " w=-; case $h in hold=*) w=held;; esac; h=${h#*=};"
     .. " case $h in installed=*) h=${h#installed=};; *) h=;; esac;"
@@ -48,7 +50,7 @@ end
 
 local function package_staged(host, method, items)
   local lines = {}
-  for i, it in ipairs(items) do lines[i] = shell.fmt(QUERY[method], it.path, it.path, tostring(i)) end
+  for i, it in ipairs(items) do lines[i] = shell.fmt(QUERY[method], it.path, tostring(i)) end
   lines[#lines + 1] = pm_state.command(method)
   local out, err = host:probe(table.concat(lines, "\n"))
   if not out then error(err, 0) end
@@ -116,4 +118,5 @@ function M.actions(ctx, host)
   return acts
 end
 
+M.QUERY = QUERY   -- the probe line per staged file, for its spec
 return M
