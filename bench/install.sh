@@ -6,7 +6,8 @@
 #        Ansible out; LAB_PREFIX/LAB_NET override the lab's
 #        csin/10.244.0; PKG=... another k3s package, default build/lab-distros/k3s.tar.zst;
 #        ONLY=cs runs cargoship alone, for profiling; KEEP=1 keeps the work dir and its
-#        debug log cs-N.log)
+#        debug log cs-N.log; BY_PROGRAM=1 also prints each run's CPU by program: a perf
+#        sampling of the whole machine while it ran, the client's processes included)
 # Per N: brings up its own lab of N debian/runit hosts (h1 the controller, the others workers;
 # Debian hosts take the package's APT flavour), then, each on hosts that start from nothing:
 #   cargoship  ONE run of apply CLUSTER --distro k3s.tar.zst --confirm --concurrency N
@@ -70,6 +71,16 @@ if ! command -v ansible-playbook >/dev/null; then
     || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ansible >/dev/null; }
 fi
 command -v /usr/bin/time >/dev/null || { echo "needs GNU time (apt-get install time)" >&2; exit 1; }
+# BY_PROGRAM=1: runs "$@" under a machine-wide perf sampling (-a, 199 Hz), then adds its top
+# programs by CPU samples to $WORK/programs (every process of the machine: the client's too)
+accounted() {
+  local name=$1; shift
+  if [ -z "${BY_PROGRAM:-}" ]; then "$@"; return; fi
+  perf record -q -a -F 199 -o "$WORK/$name.perf" -- "$@"
+  { echo "  $name: CPU by program (perf -a, % of the machine's samples while it ran)"
+    perf report -q -i "$WORK/$name.perf" --sort comm --stdio 2>/dev/null | awk 'NF >= 2 && NR <= 14 { printf "    %8s  %s\n", $1, $2 }'
+  } >>"$WORK/programs"
+}
 WORK=$(mktemp -d /tmp/cs-install-bench.XXXXXX)
 cleanup() { $LAB down >/dev/null 2>&1 || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"; }
 trap cleanup EXIT
@@ -293,21 +304,22 @@ for N in "${NS[@]}"; do
   } >"$WORK/inventory-$N.ini"
 
   CG=$(findmnt -rn -t cgroup2 -o TARGET | head -1)/${LAB_PREFIX}lab
-  $LAB exec bash "$WORK/inlab.sh" cs "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >"$WORK/result-$N" 9<"$CG/cpu.stat"
+  accounted "cs-$N-${RTT}ms" $LAB exec bash "$WORK/inlab.sh" cs "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >"$WORK/result-$N" 9<"$CG/cpu.stat"
   C=$WORK/cfg-$N
   templ "$C/controller-config.yaml" "$CTRL" h1 >"$C/controller-config.yaml.j2"
   templ "$C/worker-config.yaml" "$(sed -n 2p "$STATE/hosts.tsv" | cut -f2)" h2 >"$C/worker-config.yaml.j2"
   mapfile -t ALL < <(seq 1 "$N")
   if [ "${ONLY:-}" = cs ]; then   # cargoship's run alone, for profiling: no ratio
     $LAB down >/dev/null 2>&1; sed 's/^/  raw: /' "$WORK/result-$N"; python3 "$WORK/roundtrips.py" "$WORK/report-$N.json"
+    if [ -f "$WORK/programs" ]; then cat "$WORK/programs"; rm -f "$WORK/programs"; fi
     continue
   fi
   floor_tree "$N" "$CTRL"
   $LAB reset "${ALL[@]}" >/dev/null 2>&1
-  $LAB exec bash "$WORK/inlab.sh" floor "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
+  accounted "floor-$N-${RTT}ms" $LAB exec bash "$WORK/inlab.sh" floor "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
   if [ "${SKIP:-}" != ans ]; then
     $LAB reset "${ALL[@]}" >/dev/null 2>&1
-    $LAB exec bash "$WORK/inlab.sh" ans "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
+    accounted "ans-$N-${RTT}ms" $LAB exec bash "$WORK/inlab.sh" ans "$N" "$STATE" "$BIN" "$WORK" "$PKG" </dev/null >>"$WORK/result-$N" 9<"$CG/cpu.stat"
   fi
   $LAB down >/dev/null 2>&1
 
@@ -327,5 +339,6 @@ for N in "${NS[@]}"; do
     }' "$WORK/result-$N"
   echo "  SSH round trips per host per phase (the cargoship run's JSON report):"
   python3 "$WORK/roundtrips.py" "$WORK/report-$N.json"
+  if [ -f "$WORK/programs" ]; then cat "$WORK/programs"; rm -f "$WORK/programs"; fi
 done
 done
