@@ -83,9 +83,7 @@ M.write = files.write
 
 -- Runs a shell command on the machine; returns exit code and output.
 function M.sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local _, _, code = p:close()
+  local out, code = files.sh(cmd)
   return code, out
 end
 

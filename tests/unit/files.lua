@@ -1,4 +1,4 @@
--- tests/unit/files.lua: the local-file helpers the specs share (read a whole file, write one); integration.lab too.
+-- tests/unit/files.lua: the local helpers the specs share (read, write, run a shell command); integration.lab too.
 local M = {}
 
 -- M.read(path) -> the file's bytes | nil when it cannot be opened
@@ -16,6 +16,14 @@ function M.write(path, text)
   f:write(text)
   f:close()
   return path
+end
+
+-- M.sh(cmd) -> its stdout and stderr together, and its exit status: a command of this machine
+function M.sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return out, code
 end
 
 return M

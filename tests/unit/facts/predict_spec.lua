@@ -19,12 +19,7 @@ local function read(p)
   return s
 end
 
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code
-end
+local sh = require("unit.files").sh
 
 -- runs a probe table the way host:probes does (one shell, markers between keys) -> res
 local function probe_here(cmds)

@@ -15,12 +15,7 @@ local util = require "cargoship.util"
 
 local q = util.quote
 
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code
-end
+local sh = require("unit.files").sh
 
 local function read(p)
   local f = assert(io.open(p, "rb"))

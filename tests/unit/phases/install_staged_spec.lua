@@ -155,12 +155,7 @@ describe("phase install_staged's query of the staged files", function()
   local q = util.quote
   local work
 
-  local function sh(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1"))
-    local out = p:read("a")
-    local _, _, code = p:close()
-    return out, code
-  end
+  local sh = require("unit.files").sh
 
   local function shim(tool)
     local p = work .. "/bin/" .. tool
