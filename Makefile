@@ -3,8 +3,8 @@ BUILD ?= build
 TYPE ?= RelWithDebInfo
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
-# tests at once: the two labs' specs side by side (tests/CMakeLists.txt), and a unit or fuzz spec
-TEST_JOBS ?= 3
+# tests at once: the three labs' specs side by side (tests/CMakeLists.txt), and a unit or fuzz spec
+TEST_JOBS ?= 4
 
 all: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)

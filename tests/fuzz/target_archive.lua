@@ -1,6 +1,6 @@
 -- target_archive.lua - fuzz target: the package reader's archive half, the C entry points as they are
 -- (archive.list, archive.extract whole and of one member) on a hostile archive: path traversal,
--- links out of the tree, huge members, a decompression bomb (the harness caps a file at 4 MiB:
+-- links out of the tree, huge members, a decompression bomb (the harness caps a file at 256 KiB:
 -- past it, a write fails with EFBIG, which extract must report like any error).
 -- Oracle: nothing is ever written outside the destination, no link or device is ever created, a
 -- failure is nil + a message; every listed entry of a successful extract exists. A finding: any raise.
