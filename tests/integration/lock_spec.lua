@@ -228,7 +228,8 @@ local function fingerprint(h, path)
   return out
 end
 
-local FAST = { CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "6" }
+local STALE20 = { CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "20" }
+local HOLD_STALE20 = { HOLD = "60", CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "20" }
 
 describe("host lock on the lab", function()
   setup(function()
@@ -301,22 +302,24 @@ describe("host lock on the lab", function()
   end)
 
   it("takes over from a run killed with -9 once its lock went stale, warning with the old holder", function()
-    local a = start("a", { HOLD = "60", CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "6" })
+    -- a 20 s window, not 6 s: on the loaded CI machine a run took more than 6 s from its
+    -- start to its lock, and met the dead run's lock already stale (stop 28)
+    local a = start("a", HOLD_STALE20)
     wait_until(function() return acquired(a) end, 20, "the first run to take the locks")
     local apid = pid_of(a)
     signal(a, "9")
     wait_exit(a, 10)
     assert.are.equal(#hosts, #locked_hosts(), "kill -9 releases nothing")
     -- at once: the dead run's lock is still fresh
-    local b = start("b", FAST)
+    local b = start("b", STALE20)
     assert.are.equal(4, wait_exit(b))
     assert.matches("(pid " .. apid .. ",", read(b.out), 1, true)
     -- the holder ran on this machine and its process is gone: said so, not "free once that run ends"
     assert.matches("is held by a run that is gone (pid " .. apid .. ", killed?)", read(b.out), 1, true)
     assert.matches("; stale after %d+ s more, or `cargoship unlock CLUSTER` breaks it now", read(b.out))
     assert.is_nil(read(b.out):find("free once that run ends", 1, true), read(b.out))
-    sleep(7)
-    local c = start("c", { HOLD = "60", CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "6" })
+    sleep(21)
+    local c = start("c", HOLD_STALE20)
     wait_until(function() return acquired(c) or finished(c) end, 20, "the third run to take over")
     assert.is_true(acquired(c), read(c.out) .. read(c.err))
     local err = read(c.err)
@@ -329,8 +332,8 @@ describe("host lock on the lab", function()
     end
     assert.are.equal(#hosts, warnings, err)
     -- held and kept fresh by the new run's heartbeat, well past the stale window
-    sleep(7)
-    local d = start("d", FAST)
+    sleep(21)
+    local d = start("d", STALE20)
     assert.are.equal(4, wait_exit(d))
     assert.matches("(pid " .. pid_of(c) .. ",", read(d.out), 1, true)
     signal(c, "INT")
@@ -730,7 +733,8 @@ describe("host lock on the lab", function()
       end
       -- a's heartbeat ends when its release starts, and the release is what is held here: the
       -- window must outlast the wait for every host's release on a loaded machine (13 s seen)
-      local timings = { CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "20" }
+      -- and a run's start to its lock took ~20 s at load 13 (stop 28): 40 s, not 20
+      local timings = { CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "40" }
       hold_releases()
       local a = apply("apply-a", timings)
       wait_until(function() return releases_held() or finished(a) end, 60, "apply to reach phase 30")
@@ -743,7 +747,7 @@ describe("host lock on the lab", function()
       assert.matches("(pid " .. apid .. ",", read(b.err), 1, true)
       assert.matches("is held by a run that is gone (pid " .. apid .. ", killed?)", read(b.err), 1, true)
       assert.is_nil(read(b.err):find("free once that run ends", 1, true), read(b.err))
-      sleep(21)
+      sleep(41)
       local c = apply("apply-c", timings)
       assert.are.equal(0, wait_exit(c, 60), read(c.err))
       local n = 0
