@@ -34,7 +34,7 @@
 --   version_probe() -> cmd                 prints `--version` output; fails when absent
 --   parse_version(out) -> "v1.35.4+rke2r1" | nil
 --   judge(installed|nil, target? (default: the package's), {role, allow_downgrade}) -> verdict (M.judge)
---   service(role) -> name;  service_active_probe(role, os) -> cmd
+--   service(role) -> name;  service_active_probe(role, os, verb?) -> cmd
 --   kubectl(words) -> cmd;  drain(n, {grace_period, timeout}), cordon(n), uncordon(n), delete_node(n),
 --     label(n, {k = v}), apply(path), get_nodes(), ready_check(n) -> cmd (run on the leader;
 --     one line per node, the same command for every node)
@@ -209,14 +209,22 @@ function Engine:service(role)
   return s
 end
 
--- os: the host's OS configurer (host.os); without one, systemd is assumed.
-function Engine:service_active_probe(role, os)
+-- os: the host's OS configurer (host.os); without one, systemd is assumed. verb: "is_active"
+-- (default: running) or "is_up" (running, starting, restarting or stopping: its process may hold
+-- the engine's ports, as a Type=notify unit's does from its start until it reports READY)
+local SYSTEMD_PROBE = {
+  is_active = "systemctl is-active --quiet %s",
+  is_up = "case $(systemctl is-active %s) in active|activating|reloading|deactivating) true;; *) false;; esac",
+}
+function Engine:service_active_probe(role, os, verb)
+  verb = verb or "is_active"
+  if not SYSTEMD_PROBE[verb] then error("service_active_probe: no verb " .. tostring(verb), 2) end
   local name = self:service(role)
   if os then
-    local cmd = os:service("is_active", name)
+    local cmd = os:service(verb, name)
     if cmd then return cmd end
   end
-  return shell.fmt("systemctl is-active --quiet %s", name)
+  return shell.fmt(SYSTEMD_PROBE[verb], name)
 end
 
 -- ---- kubectl on the leader -----------------------------------------------------------

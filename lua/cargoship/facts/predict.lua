@@ -14,7 +14,8 @@
 --                    text, by}, cargoship.facts.rpm_evr.outside; os.rhel simulate_requires' lines)}
 --   want.disk     = {{path, size}}: every upload target
 --   want.ports    = {n, ...}: TCP ports the engine listens on; want.engine_active = cmd (the
---                   engine runs here already: its ports are its own)
+--                   engine's service is up here already, running or starting: its ports are
+--                   its own)
 --   want.kernel   = {module, ...}; want.sysctl = {key, ...}
 -- M.join_probe(target) -> cmd: target = {host, port, address? (resolution skipped: the run
 --   writes the name into /etc/hosts itself), name}: resolve, then one TCP connect (2 s each).

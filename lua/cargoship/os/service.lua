@@ -1,11 +1,12 @@
 -- cargoship.os.service: service-manager command builders (systemd, runit, openrc) and how to tell which one runs.
 --
 -- A manager is a table of builders: manager.command(verb, name) -> shell command.
--- Verbs: is_active (exit status 0 when running), start, stop, restart, enable, disable,
--- logs (the recent log, for error messages), reload (the manager rereads its unit files),
--- forget (after the service's files were removed: what the manager itself kept of it, so
--- nothing is left: runit's supervise state in /etc/sv/<name> and the directory when empty,
--- systemd's failed state), start_failed (exit status 0 and one line saying how, when the
+-- Verbs: is_active (exit status 0 when running), is_up (exit status 0 when running or on its
+-- way up or down: starting, restarting, stopping; its process may hold its ports), start,
+-- stop, restart, enable, disable, logs (the recent log, for error messages), reload (the
+-- manager rereads its unit files), forget (after the service's files were removed: what the
+-- manager itself kept of it, so nothing is left: runit's supervise state in /etc/sv/<name>
+-- and the directory when empty, systemd's failed state), start_failed (exit status 0 and one line saying how, when the
 -- service's last start failed and the manager has it down or waiting to restart: systemd's
 -- failed or auto-restart states; nil where the manager keeps no such state: runit restarts a
 -- failing service at once, openrc says nothing).
@@ -16,12 +17,15 @@ local shell = require "cargoship.shell"
 
 local M = {}
 
-M.VERBS = { is_active = true, start = true, stop = true, restart = true, enable = true,
+M.VERBS = { is_active = true, is_up = true, start = true, stop = true, restart = true, enable = true,
             disable = true, logs = true, reload = true, forget = true, start_failed = true }
 
 local systemd = { name = "systemd" }
 local SYSTEMD = {
   is_active = "systemctl is-active --quiet %s",
+  -- a Type=notify unit is "activating" from its start until it reports READY (an engine binds
+  -- its API port long before), and between a crash and its restart (RestartSec)
+  is_up = "case $(systemctl is-active %s) in active|activating|reloading|deactivating) true;; *) false;; esac",
   start = "systemctl start %s",
   stop = "systemctl stop %s",
   restart = "systemctl restart %s",
@@ -71,6 +75,9 @@ local function runit(service_dir)
     if verb == "is_active" then
       -- `sv status` exits 0 for a stopped service too; only "run:" means running
       return shell.fmt("sv status %s 2>/dev/null | grep -q '^run:'", path)
+    elseif verb == "is_up" then
+      -- also "down: ... want up": runsv restarts a process that left within a second
+      return shell.fmt("sv status %s 2>/dev/null | grep -qE '^run:|^(finish|down): .*want up'", path)
     elseif verb == "start" or verb == "restart" then
       -- a service just linked in has no supervisor until runsvdir's next scan (every 5 s;
       -- seen past 7 s on a loaded host), so wait for it, up to 30 s, and say so if it never
@@ -111,6 +118,8 @@ end
 local openrc = { name = "openrc" }
 local OPENRC = {
   is_active = "rc-service %s status >/dev/null 2>&1",
+  -- started only: openrc's exit statuses for a service starting or stopping are not relied on
+  is_up = "rc-service %s status >/dev/null 2>&1",
   start = "rc-service %s start",
   stop = "rc-service %s stop",
   restart = "rc-service %s restart",

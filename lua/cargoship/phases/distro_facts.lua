@@ -45,7 +45,9 @@ function M.types(ctx)
   return out
 end
 
-function M.probes(host, types)
+-- verb: the service question behind <type>_active ("is_active" by default; "is_up": running or
+-- on its way up or down, engines.service_active_probe)
+function M.probes(host, types, verb)
   local p = {}
   for _, t in ipairs(types or engine.TYPES) do
     local e = engine.load(t)
@@ -53,7 +55,8 @@ function M.probes(host, types)
     -- asking the service manager (systemctl is costly) only where the engine is installed
     p[t .. "_active"] = string.format('cs_has=; for b in %s; do [ -x "$b" ] && cs_has=1; done\n'
       .. 'if [ -n "$cs_has" ] || command -v %s >/dev/null 2>&1; then %s; else false; fi',
-      shell.words(table.unpack(e.binary_paths)), shell.quote(e.binary), e:service_active_probe(host.role, host.os))
+      shell.words(table.unpack(e.binary_paths)), shell.quote(e.binary),
+      e:service_active_probe(host.role, host.os, verb))
   end
   return p
 end

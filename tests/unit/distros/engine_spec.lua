@@ -1,6 +1,7 @@
 -- Specs for the engine base: real `--version` output in, versions and verdicts out; kubectl and service verbs.
 local engine = require "distros.engine"
 local os_registry = require "cargoship.os"
+local shell = require "cargoship.shell"
 local support = require "unit.phases.support"
 
 local rke2, k3s, upstream = require "distros.rke2", require "distros.k3s", require "distros.upstream"
@@ -301,6 +302,47 @@ describe("engine service verbs", function()
     local sd = os_registry.by_name("rocky"):new { service_manager = "systemd" }
     assert.equal("systemctl is-active --quiet 'k3s-server'", k3s:service_active_probe("controller", sd))
     assert.equal("systemctl is-active --quiet 'kubelet'", upstream:service_active_probe("worker", nil))
+    assert.has_error(function() k3s:service_active_probe("controller", sd, "is_running") end)
+  end)
+
+  -- is_up: the engine's ports may be its own (predict's port check) while its service is
+  -- running, starting, restarting or stopping; run here against a fake systemctl and sv that
+  -- answer as the real ones do in each state
+  it("tell a service that is up or on its way from one that is stopped, through the real shell", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+    local function fake(name, body)
+      local f = assert(io.open(dir .. "/" .. name, "w"))
+      f:write("#!/bin/sh\n", body, "\n")
+      f:close()
+      assert(os.execute("chmod +x " .. dir .. "/" .. name))
+    end
+    fake("systemctl", [=[[ "$1" = is-active ] || exit 2; echo "$CS_STATE"; [ "$CS_STATE" = active ]]=])
+    fake("sv", [=[[ "$1" = status ] || exit 2; echo "$CS_STATE"]=])
+    local function up(cmd, state)
+      local ok = os.execute("CS_STATE='" .. state .. "' PATH=" .. dir .. ":$PATH sh -c " .. shell.quote(cmd))
+      return ok == true
+    end
+    local sd = os_registry.by_name("debian"):new { service_manager = "systemd" }
+    local rn = os_registry.by_name("debian"):new { service_manager = "runit", service_dir = "/etc/service" }
+    for _, o in ipairs { sd, false } do
+      o = o or nil -- without an OS configurer: systemd
+      local cmd = k3s:service_active_probe("controller", o, "is_up")
+      for _, st in ipairs { "active", "activating", "reloading", "deactivating" } do
+        assert.is_true(up(cmd, st), st)
+      end
+      for _, st in ipairs { "inactive", "failed", "unknown" } do assert.is_false(up(cmd, st), st) end
+      assert.is_false(up(k3s:service_active_probe("controller", o), "activating"), "is_active: activating")
+    end
+    local cmd = k3s:service_active_probe("controller", rn, "is_up")
+    assert.is_true(up(cmd, "run: /etc/service/k3s: (pid 81) 12s; run: log: (pid 80) 40s"))
+    assert.is_true(up(cmd, "down: /etc/service/k3s: 0s, normally up, want up; run: log: (pid 80) 40s"))
+    assert.is_true(up(cmd, "finish: /etc/service/k3s: (pid 90) 0s, normally up, want up"))
+    assert.is_false(up(cmd, "down: /etc/service/k3s: 30s, normally up; run: log: (pid 80) 40s"))
+    assert.is_false(up(cmd, "fail: /etc/service/k3s: runsv not running"))
+    assert.is_false(up(k3s:service_active_probe("controller", rn), "down: /etc/service/k3s: 0s, normally up, want up"))
+    os.execute("rm -rf " .. dir)
   end)
 
   it("loads configurers by type and refuses others", function()

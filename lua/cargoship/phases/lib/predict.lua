@@ -123,7 +123,9 @@ function M.want(ctx, host)
   want.packages = packages(ctx, host, staged)
   if eng and starts_engine(ctx, host) then
     want.ports = (eng.listen_ports or {})[host.role] or {}
-    want.engine_active = distro_facts.probes(host, { eng.name })[eng.name .. "_active"]
+    -- up, not only active: a unit the last run left starting (or restarting, its port freed)
+    -- binds the engine's ports before it reports ready, and they are its own then too
+    want.engine_active = distro_facts.probes(host, { eng.name }, "is_up")[eng.name .. "_active"]
   end
   local osc = os_config.of(ctx.distro)
   if ctx.runs == nil or ctx:runs("prepare_hosts") then
