@@ -21,7 +21,8 @@
 -- the run-time variants add two failing runs, each failing within seconds of its Initialize
 -- phase (the worker after its 15 s ready timeout).
 -- With CARGOSHIP_LAB_TRANSPORT=openssh every cluster is mixed: ssh: and openSSH: hosts.
--- INSTALL_ENGINES=k3s,rke2 runs only those engines' clusters (the failures are k3s's).
+-- INSTALL_ENGINES=k3s,rke2 runs only those engines' clusters (the failures are k3s's);
+-- INSTALL_CASES=basic only the first three cases of each (the rest show as pending).
 -- Hosts come from the top of the lab (other specs use the bottom) and are reset (lab.sh
 -- reset: recreated as new) before each cluster and after the spec.
 local cjson = require "cjson"
@@ -214,6 +215,15 @@ local function kubelet_version(v) return "v" .. v:gsub("%-(%a)", "+%1") end
 
 local ARGS = " -F --ready-timeout 60"
 
+-- INSTALL_CASES=basic (integration/install.openssh): the HA case and the failures show as pending;
+-- they try the engines' joins and error paths, which no transport changes
+local BASIC = os.getenv("INSTALL_CASES") == "basic"
+local full = BASIC and pending or it
+local function full_describe(name, body)
+  if not BASIC then return describe(name, body) end
+  describe(name, function() pending("INSTALL_CASES=basic: run by integration/install") end)
+end
+
 -- INSTALL_ENGINES=k3s runs only those (default: all three). integration/install.openssh runs k3s
 -- alone: the transport is what it is there to try, and the engines differ in nothing it carries.
 local ENGINES = {}
@@ -276,7 +286,7 @@ for _, engine in ipairs(ENGINES) do
       end
     end)
 
-    it("3 controllers: the leader first, then each other controller joins after the one before", function()
+    full("3 controllers: the leader first, then each other controller joins after the one before", function()
       assert(HA_OK, HA)
       cluster(work, engine .. "-ha", roles_of(HA, {}))
       -- extra controllers join the leader by its FQDN (engines.md §1): -H makes it resolve
@@ -295,7 +305,7 @@ for _, engine in ipairs(ENGINES) do
   end)
 end
 
-describe("a failed install names the host and the cause, and a re-run after the fix converges (k3s)", function()
+full_describe("a failed install names the host and the cause, and a re-run after the fix converges (k3s)", function()
   local work, pkg, version
   local leader, worker = SMALL[1], SMALL[2]
   setup(function()

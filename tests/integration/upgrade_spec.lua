@@ -21,7 +21,8 @@
 --   re-run upgrades only that worker; from the cluster the first test left at -next (one
 --   install per engine): upstream one minor up (upstream-next-minor, 1.35 -> 1.36: every node
 --   Ready at it), k3s and rke2 to <engine>-next2.
--- UPGRADE_ENGINES=k3s,rke2 runs only those (default: all three).
+-- UPGRADE_ENGINES=k3s,rke2 runs only those (default: all three). The blocked drain runs for k3s
+-- and upstream (UPGRADE_BLOCKED=all: rke2 too; without it rke2's case shows as pending).
 -- Duration: see the report of this change (measured quiet and loaded); the lab's stand-ins
 -- make pods Ready STANDIN_POD_START (2) s after they start.
 local cjson = require "cjson"
@@ -257,8 +258,11 @@ for _, engine in ipairs(ENGINES) do
       end)
     end
     -- from the cluster the first test left at -next: upstream one minor up (upstream-next-minor),
-    -- k3s and rke2 one patch up (-next2)
-    it("a worker whose pod a PodDisruptionBudget protects is uncordoned at its old version, the others upgraded, "
+    -- k3s one patch up (-next2). Not rke2: it drains, upgrades and uncordons through the same code
+    -- as k3s (distros/rancher.lua, phases/lib/upgrade.lua), and its case cost CI ~150 s of the hour
+    -- (UPGRADE_BLOCKED=all runs it for rke2 too)
+    local blocked = (os.getenv("UPGRADE_BLOCKED") == "all" or engine ~= "rke2") and it or pending
+    blocked("a worker whose pod a PodDisruptionBudget protects is uncordoned at its old version, the others upgraded, "
       .. "exit 1 naming it and the pod; without the budget a re-run upgrades only it"
       .. (engine == "upstream" and " (one minor up: upstream-next-minor)" or " (-next to -next2)"), function()
       local to = package_of(engine == "upstream" and "upstream-next-minor" or engine .. "-next2")
