@@ -1,6 +1,12 @@
 -- Leak check of the SSH runtime: 20 lab hosts connected, used and closed under valgrind; transfers cut mid-write.
 local lab = require "integration.lab"
 
+-- Bounded: the whole spec takes ~15 s on a quiet machine, but in CI of stop 29 (load 15, the
+-- 50-host lab) one of its valgrind runs never ended and held its lab for the 2,400 s ctest guard;
+-- past 600 s it is stopped (exit 124 fails the case, with the tail of what it printed). What hung
+-- is not known yet: see the closing note of stop 29.
+local VALGRIND = "timeout -k 10 600 valgrind "
+
 describe("ssh runtime memory", function()
   it("leaks nothing after connecting to 20 hosts and closing them", function()
     local hosts = lab.hosts()
@@ -38,7 +44,7 @@ print("closed 20 sessions")
 ]], lab.src, os.getenv("CARGOSHIP_BUILD_DIR"), lab.known_hosts, table.concat(addrs, ", "), lab.key,
       script, addrs[1], lab.key))
     f:close()
-    local code, out = lab.sh("valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect "
+    local code, out = lab.sh(VALGRIND .. "--leak-check=full --errors-for-leak-kinds=definite,indirect "
       .. "--suppressions=" .. lab.src .. "/tests/integration/valgrind-glibc.supp "
       .. "--show-leak-kinds=definite,indirect --error-exitcode=33 lua5.4 " .. script)
     os.remove(script)
@@ -87,7 +93,7 @@ print("cut 3 transfers")
 ]], lab.src, os.getenv("CARGOSHIP_BUILD_DIR"), lab.known_hosts, h.address, lab.key, big, h.address, lab.key, big,
       h.address, lab.key))
     f:close()
-    local code, out = lab.sh("valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect "
+    local code, out = lab.sh(VALGRIND .. "--leak-check=full --errors-for-leak-kinds=definite,indirect "
       .. "--suppressions=" .. lab.src .. "/tests/integration/valgrind-glibc.supp "
       .. "--show-leak-kinds=definite,indirect --error-exitcode=33 lua5.4 " .. script)
     os.remove(script)
