@@ -6,10 +6,10 @@
 -- stop, restart, enable, disable, logs (the recent log, for error messages), reload (the
 -- manager rereads its unit files), forget (after the service's files were removed: what the
 -- manager itself kept of it, so nothing is left: runit's supervise state in /etc/sv/<name>
--- and the directory when empty, systemd's failed state), start_failed (exit status 0 and one line saying how, when the
--- service's last start failed and the manager has it down or waiting to restart: systemd's
--- failed or auto-restart states; nil where the manager keeps no such state: runit restarts a
--- failing service at once, openrc says nothing).
+-- and the directory when empty, systemd's failed state), start_failed (exit status 0 and one
+-- line saying how, when the service's last start failed and the manager has it down or waiting
+-- to restart: systemd's failed or auto-restart states; nil where the manager keeps no such
+-- state: runit restarts a failing service at once, openrc says nothing).
 -- o.nowait (start, restart): the manager is asked and does not wait for the service to report
 -- ready: a systemd Type=notify start blocks until then, for ever when the service never is
 -- (an engine refused its join); who asks so watches start_failed and the service's log.

@@ -46,7 +46,7 @@ function M.types(ctx)
 end
 
 -- verb: the service question behind <type>_active ("is_active" by default; "is_up": running or
--- on its way up or down, engines.service_active_probe)
+-- on its way up or down: Engine:service_active_probe in distros/engine.lua)
 function M.probes(host, types, verb)
   local p = {}
   for _, t in ipairs(types or engine.TYPES) do
