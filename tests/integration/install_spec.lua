@@ -224,6 +224,10 @@ local function full_describe(name, body)
   describe(name, function() pending("INSTALL_CASES=basic: run by integration/install") end)
 end
 
+-- the lab's other specs find these hosts as booted, whichever cases ran: INSTALL_CASES=basic
+-- skips the failure cases whose teardown resets them, and left k3s running under fapolicyd's spec
+teardown(function() reset(ALL) end)
+
 -- INSTALL_ENGINES=k3s runs only those (default: all three). integration/install.openssh runs k3s
 -- alone: the transport is what it is there to try, and the engines differ in nothing it carries.
 local ENGINES = {}

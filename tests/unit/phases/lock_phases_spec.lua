@@ -577,12 +577,18 @@ describe("lock phases", function()
 
   it("fails the host through the lock's callback, ctx:host_lost, when its lock is stolen mid-run", function()
     local hosts = hosts_for(base, 1)
-    local ctx = new_ctx(hosts, { env = { CARGOSHIP_LOCK_INTERVAL = "0.1", CARGOSHIP_LOCK_STALE_AFTER = "2" } })
+    -- a stale window far above the beat: on a loaded machine (CI, load 15) a beat's local sh
+    -- can take over a second, and "no heartbeat got through" must not come before the takeover
+    local ctx = new_ctx(hosts, { env = { CARGOSHIP_LOCK_INTERVAL = "0.1", CARGOSHIP_LOCK_STALE_AFTER = "60" } })
     run(function()
       assert.is_true(execute(ctx, acquire, hosts))
       os.execute("rm -rf " .. util.quote(lockpath(hosts[1])))
       hold(hosts[1])
-      loop.sleep(0.3)
+      -- the next beat sees the other run's lock: at 0.1 s apart, at once unloaded; allow 20 s
+      for _ = 1, 200 do
+        if #ctx.lost > 0 then break end
+        loop.sleep(0.1)
+      end
     end)
     assert.are.equal(1, #ctx.lost)
     assert.are.equal(hosts[1], ctx.lost[1].host)
