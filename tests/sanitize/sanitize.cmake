@@ -29,6 +29,14 @@ set_tests_properties(sanitize/reports PROPERTIES LABELS "unit;lab" FIXTURES_CLEA
 set(CS_SANITIZE_SKIP "integration/install;integration/firewall;integration/lock" CACHE STRING
   "lab specs the sanitizer pass does not run (shown as Not Run (Disabled))")
 
+# Unit specs the sanitizer pass leaves to the first pass (issue 23: "the specs that exercise C
+# paths"): the configurers', phases' and facts' logic in Lua over fake hosts, whose C paths (the
+# loop, child processes) the runtime's own specs and the kept ones run; the lab packages' spec
+# (package create, which unit/package runs); the layer lints. Measured under ASan here: ~250 s
+# (lock_phases 158 s) of the pass's 1,122 s. -DCS_SANITIZE_SKIP_UNIT= runs every one.
+set(CS_SANITIZE_SKIP_UNIT "^unit/(phases|distros|os|facts|lint)/|^unit/(action|lines|lab_distros)$" CACHE STRING
+  "regex of unit specs the sanitizer pass does not run (shown as Not Run (Disabled))")
+
 # After the whole directory is read: every test gets the environment and waits for sanitize/clean.
 function(cs_sanitize_tests)
   get_property(tests DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} PROPERTY TESTS)
@@ -41,7 +49,7 @@ function(cs_sanitize_tests)
     # here); the lab's self-check, the stand-ins' own spec (python3) and the linters run no
     # sanitized code (the stand-ins' spec alone took 229 s of the 2-core CI's hour)
     if(t STREQUAL "integration/leak" OR t MATCHES "^(lab/selfcheck|lab/standin|lint/)"
-       OR t IN_LIST CS_SANITIZE_SKIP)
+       OR t IN_LIST CS_SANITIZE_SKIP OR (CS_SANITIZE_SKIP_UNIT AND t MATCHES "${CS_SANITIZE_SKIP_UNIT}"))
       set_tests_properties(${t} PROPERTIES DISABLED TRUE)
     endif()
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${CS_SANITIZE_ENV})
