@@ -266,8 +266,9 @@ function M.run(ctx, cmd, o)
   end
   o.passphrase = session.options(ctx, o).passphrase
   local ok, result = pcall(run_pipeline, ctx, cmd, cluster, o)
-  -- an archive was unpacked to a temp directory of ours: gone with the run
+  -- an archive was unpacked to a temp directory of ours, inline data staged to another: gone with the run
   require("cargoship.package").release(o.distro_package)
+  require("cargoship.package.staging").cleanup()
   if not ok then error(result, 0) end
   return result
 end

@@ -10,6 +10,7 @@
 -- M.sha256_file(path) -> sum, size | nil, why
 -- M.data_file(content) -> path of a local file holding content
 -- M.image_file(pkg, ref, arch) -> {path, name} | nil, why
+-- M.cleanup() removes the run's data files (cli/pipeline.lua calls it at every run end)
 local images = require "cargoship.package.images"
 local util = require "cargoship.util"
 
@@ -52,6 +53,13 @@ function M.image_file(pkg, ref, arch)
   if not ok then return nil, err end
   exported[key] = { path = out, name = name }
   return exported[key]
+end
+
+-- The data files are the cluster file's inline `data:` (an operator may put a credential there):
+-- they go with the run, as the unpacked package does; the caches go with them.
+function M.cleanup()
+  if cache_dir then os.execute("rm -rf " .. util.quote(cache_dir)) end
+  cache_dir, hashed, exported = nil, {}, {}
 end
 
 return M

@@ -14,6 +14,8 @@ local S = require "unit.pipeline.support"
 local CLUSTER = S.cluster({ { name = "ctrl-1", role = "controller" }, { name = "worker-1", role = "worker" } })
 CLUSTER.profiles, CLUSTER.registries = {}, {}
 
+local STAGED  -- the local file phase 3 staged, as uploads stage a host's inline data
+
 -- The reset pipeline: connect (1), look (3), lock (7), wipe (12), unlock (30), disconnect (31).
 -- Unlike apply's, its required phases are 1, 7, 30 and 31: phase 3 may be skipped here.
 local function reset_pipeline(seen)
@@ -25,7 +27,11 @@ local function reset_pipeline(seen)
         for _, h in ipairs(hosts) do h:attach(S.fake_conn()) end
       end },
     look = { id = "look", title = "Look at the engine", dry_run = "read_only",
-      run = function(ctx) note((ctx.dry_run and "dry " or "") .. "look") end },
+      run = function(ctx)
+        note((ctx.dry_run and "dry " or "") .. "look")
+        -- as the upload phases stage a host's inline `data:` file (phases/lib/uploads.lua)
+        STAGED = require("cargoship.package.staging").data_file("token: s3cret\n")
+      end },
     wipe = { id = "wipe", title = "Remove the engine", creates = { "wiped" },
       assess = function() return { "remove the engine" } end,
       run = function() note("wipe") end },
@@ -143,6 +149,18 @@ describe("the shared command path, walking a second pipeline", function()
     code, out = run({ "reset", "--confirm", "c.yaml" })
     assert.are.equal(0, code)
     assert.matches('\nReset of cluster "lab" on 2 hosts %(reset pipeline, 6 phases%)\n', out)
+  end)
+
+  it("leaves no staged inline data behind, whether the run was a dry run, went through or failed", function()
+    local function gone(path) local f = io.open(path) if f then f:close() end return f == nil end
+    for _, argv in ipairs { { "reset", "--dry-run", "c.yaml" }, { "reset", "--confirm", "c.yaml" },
+                           { "reset", "c.yaml" } } do
+      STAGED = nil
+      run(argv)
+      assert.is_string(STAGED, table.concat(argv, " "))
+      assert.is_true(gone(STAGED), table.concat(argv, " ") .. ": " .. STAGED .. " left")
+      assert.is_true(gone((STAGED:match("^(.*)/"))), table.concat(argv, " ") .. ": its directory left")
+    end
   end)
 
   it("exits 4 when another cargoship holds a host lock", function()
