@@ -1,4 +1,4 @@
--- Specs of cargoship.os.firewall.state's firewalld probe: one process for the live state, the same answers as firewall-cmd.
+-- Specs of cargoship.os.firewall.state's firewalld probe: one process for the live state, firewall-cmd's answers.
 --
 -- The probe runs here through sh, as on a host, against a fake firewall-cmd on PATH: a shell
 -- script answering as firewalld 1.3 does (the fallback: one firewall-cmd per answer), and a
@@ -173,8 +173,8 @@ describe("the firewalld state probe", function()
   it("falls back to firewall-cmd when its library cannot be loaded, and says which answer is missing", function()
     -- a Python #! line (through env) whose interpreter has no firewall package: the client
     -- exits 3 and the ten questions go to firewall-cmd (shell under this fake python3)
-    write(dir .. "/bin/firewall-cmd", "#!/usr/bin/env python3\n" .. (FAKE_SH:gsub("^#![^\n]*\n", ""):gsub("RICH", RICH)),
-      "755")
+    local body = FAKE_SH:gsub("^#![^\n]*\n", ""):gsub("RICH", RICH)
+    write(dir .. "/bin/firewall-cmd", "#!/usr/bin/env python3\n" .. body, "755")
     write(dir .. "/bin/python3", '#!/bin/sh\n[ "$1" = - ] && exit 3\nexec sh "$@"\n', "755")
     check(live(probe(dir)))
     local asked = 0
