@@ -48,6 +48,8 @@
 --   wait_ready(node) -> step record {name = "wait_ready", node, cmd = ready_check, on = "leader"}
 --   install(node, staged, os) -> actions   from the package's staged files
 --   image_import(files) -> actions         ({} where the engine imports from its images dir)
+--   runtime_services, runtime_wait()       a separate container runtime's services (none here), and
+--                                          the action that waits for one (re)started to answer
 --   image_dir() -> path | nil              where image tarballs are uploaded
 --   config_files(node, cluster) -> every file of the node, as the golden specs pin them
 --   static_files(node, cluster) -> the files "Configure engine" writes (default: config_files)

@@ -21,7 +21,8 @@
 --   join_secret_save(secret) -> write actions on the leader;  join_secret_read() -> cmd;
 --   parse_join_secret(out) -> secret | nil;  join_secret_write(secret) -> {} (the secret goes
 --       into the JoinConfiguration instead of a file)
---   image_import(files) -> one `ctr -n k8s.io images import` per file
+--   image_import(files) -> containerd started and answering, then one `ctr -n k8s.io images import` per file
+--   runtime_wait() -> the action that waits for a (re)started containerd to answer
 --   sync_files(node, cluster) -> containerd's files, hosts.toml per registry + CAs, policies;
 --   sync_dirs(node) -> the TLS dir and certs.d's <registry>/hosts.toml files (a registry the
 --       cluster file dropped would keep its mirror: containerd reads every hosts.toml there)
@@ -257,6 +258,7 @@ function M:sync_node(n, writes, removes)
     for _, svc in ipairs(self.runtime_services) do
       out[#out + 1] = action.service { verb = "restart", service = svc }
     end
+    out[#out + 1] = self:runtime_wait()
   end
   -- the node runs, so kubeadm set it up: its kubelet is only started again
   local up = {}
@@ -375,12 +377,26 @@ function M.join_secret_write() return {} end
 -- and started before images are imported into it.
 M.runtime_services = { "containerd" }
 
+-- containerd answers on its socket a while after its start returns: systemd's start of its
+-- Type=notify unit waits for that, runit's `sv up` does not, and ctr, kubeadm's preflight and
+-- the kubelet meet "connection refused" until then (a CI-like run at load 10: ctr import on a
+-- runit host right after the start). Waits for `ctr version` to reach it, up to 60 s.
+M.RUNTIME_WAIT = 60
+function M.runtime_wait()
+  return action.run {
+    cmd = shell.fmt("i=0; until ctr version >/dev/null 2>&1; do [ $i -lt %s ] || { echo %s >&2; exit 1; }; "
+      .. "sleep 0.2; i=$((i+1)); done", tostring(M.RUNTIME_WAIT * 5),
+      "containerd did not answer on /run/containerd/containerd.sock within " .. M.RUNTIME_WAIT .. " s of its start"),
+    say = "wait for containerd to answer", timeout = M.RUNTIME_WAIT + 30 }
+end
+
 -- No watcher imports tarballs into containerd: each file is imported into kubelet's namespace.
-function M.image_import(_, files)
+function M.image_import(self, files)
   local out = {}
   if files and #files > 0 then
     out[1] = action.service { verb = "enable", service = "containerd" }
     out[2] = action.service { verb = "start", service = "containerd" }
+    out[3] = self:runtime_wait()
   end
   for _, f in ipairs(files or {}) do
     out[#out + 1] = action.run { cmd = shell.fmt("ctr -n k8s.io images import %s", f), timeout = 1800,

@@ -80,11 +80,12 @@ function M.assess(ctx, host)
       runtime_written = runtime_written or runtime_paths[f.path] == true
     end
   end
-  -- the runtime reads its config.toml only when it starts
+  -- the runtime reads its config.toml only when it starts; the engine says how to wait for it
   for _, svc in ipairs(eng.runtime_services or {}) do
     out[#out + 1] = action.service { verb = "enable", service = svc }
     out[#out + 1] = action.service { verb = runtime_written and "restart" or "start", service = svc }
   end
+  if eng.runtime_services and #eng.runtime_services > 0 then out[#out + 1] = eng:runtime_wait() end
   for _, a in ipairs(secret) do
     if a.kind ~= "write" or facts.drift(have.files[a.path], a) then out[#out + 1] = a end
   end

@@ -127,11 +127,14 @@ describe("upstream start, images, upgrade, reset", function()
 
   it("imports each image tarball into containerd's k8s.io namespace", function()
     local acts = upstream:image_import({ "/var/lib/kubernetes/images/a b.tar", "/var/lib/kubernetes/images/c.tar.zst" })
-    -- containerd is started first: configure engine, which restarts it, comes after
+    -- containerd is started first (configure engine, which restarts it, comes after) and
+    -- answering: runit's `sv up` returns before its socket does
     assert.same({ "enable", "start" }, { acts[1].verb, acts[2].verb })
     assert.equal("containerd", acts[2].service)
-    assert.equal("ctr -n k8s.io images import '/var/lib/kubernetes/images/a b.tar'", acts[3].cmd)
-    assert.equal("ctr -n k8s.io images import '/var/lib/kubernetes/images/c.tar.zst'", acts[4].cmd)
+    assert.equal("wait for containerd to answer", acts[3].say)
+    assert.matches("until ctr version >/dev/null 2>&1; do", acts[3].cmd, 1, true)
+    assert.equal("ctr -n k8s.io images import '/var/lib/kubernetes/images/a b.tar'", acts[4].cmd)
+    assert.equal("ctr -n k8s.io images import '/var/lib/kubernetes/images/c.tar.zst'", acts[5].cmd)
     assert.same({}, upstream:image_import({}))
   end)
 
