@@ -236,7 +236,8 @@ describe("Sync Registry Config, upstream engine (assess)", function()
     disk["/etc/containerd/config.toml"].mode = "0600"
     assert.are.same({ "stop kubelet", "write /etc/containerd/config.toml (mode 0600, not 0644)",
       "write /etc/containerd/certs.d/docker.io/hosts.toml (different content)", "restart containerd",
-      "wait for containerd to answer", "enable kubelet", "start kubelet", "wait_ready" }, sayings(run(function() return worker.assess(ctx, w) end)))
+      "wait for containerd to answer", "enable kubelet", "start kubelet", "wait_ready" },
+      sayings(run(function() return worker.assess(ctx, w) end)))
   end)
 
   it("a registry dropped from the cluster file: its hosts.toml in certs.d is stale, other files there are kept",
