@@ -382,7 +382,9 @@ describe("cargoship apply on " .. N .. " lab hosts", function()
     lab.lab("link " .. i .. " up")
     for _, r in ipairs { text, json } do
       assert.are.equal(1, r.code, r.stdout .. r.stderr)
-      assert.is_true(r.elapsed < CONNECT_TIMEOUT + 3, string.format("took %.1f s", r.elapsed))
+      -- the whole dry run, the other hosts' phases included: within --ssh-timeout and margin for a
+      -- loaded machine (a CI-like run at load 10 took 9.0 s), well below the default 30 s timeout
+      assert.is_true(r.elapsed < CONNECT_TIMEOUT + 20, string.format("took %.1f s", r.elapsed))
     end
     -- text: the failure sits under phase 1 and names the host
     local connect = text.stdout:match("\n  1%. Connect to hosts: ([^\n]*\n.-)\n  2%. ")
