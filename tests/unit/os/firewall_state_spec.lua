@@ -7,6 +7,7 @@
 -- same plan.state. The real firewalld answers in integration/firewall (lab, rocky/systemd).
 local state = require "cargoship.os.firewall.state"
 local util = require "cargoship.util"
+local files = require "unit.files"
 
 local q = util.quote
 
@@ -87,19 +88,10 @@ class FirewallCommand:
         sys.stdout.write(open(__import__("os").environ["CS_FAKE_DIR"] + "/policy").read() + "\n")
 ]]
 
+local read = files.read
 local function write(path, text, mode)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
+  files.write(path, text)
   if mode then assert(os.execute("chmod " .. mode .. " " .. q(path))) end
-end
-
-local function read(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
 end
 
 -- runs the probe through sh with the fake on PATH -> the answers as host:probes gives them
