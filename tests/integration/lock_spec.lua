@@ -174,6 +174,19 @@ local function finished(p)
   return rc and tonumber(rc)
 end
 
+-- What a run's end says, for an assertion's message: its exit code and the last lines of its
+-- stderr, the tail first (a CI log keeps only the head of a long message, and the cause of an
+-- early end is at the tail).
+local function story(p, n)
+  local lines = {}
+  for line in read(p.err):gmatch("[^\n]*") do lines[#lines + 1] = line end
+  n = n or 30
+  local from = math.max(1, #lines - n + 1)
+  return string.format("%s: exit %s; last %d lines of its stderr:\n%s\n(stdout: %s)", p.err,
+    tostring(finished(p) or "none yet"), #lines - from + 1, table.concat(lines, "\n", from),
+    read(p.out):sub(1, 400))
+end
+
 -- A run that fails on a held lock ends well before this (its holder holds for 60 s): the bound
 -- leaves room for a loaded machine's process start and handshakes, nothing more.
 local LOSER_S = 15
@@ -276,9 +289,9 @@ describe("host lock on the lab", function()
       "one run to take the locks")
     local winner, loser = a, b
     if acquired(b) then winner, loser = b, a end
-    assert.is_true(acquired(winner), read(winner.out) .. read(winner.err))
+    assert.is_true(acquired(winner), story(winner))
     local rc = wait_exit(loser, 15)
-    assert.are.equal(4, rc, read(loser.out) .. read(loser.err))
+    assert.are.equal(4, rc, story(loser))
     local out = read(loser.out)
     assert.matches("FAILED .*another cargoship holds the lock at " .. hosts[1].lock:gsub("%p", "%%%0"), out)
     assert.matches("(pid " .. pid_of(winner) .. ", cargoship 0.0.0-lockdriver, `apply " .. cluster .. "`)", out,
@@ -321,7 +334,7 @@ describe("host lock on the lab", function()
     sleep(21)
     local c = start("c", HOLD_STALE20)
     wait_until(function() return acquired(c) or finished(c) end, 20, "the third run to take over")
-    assert.is_true(acquired(c), read(c.out) .. read(c.err))
+    assert.is_true(acquired(c), story(c))
     local err = read(c.err)
     local warnings = 0
     for line in err:gmatch("[^\n]+") do
@@ -388,7 +401,7 @@ describe("host lock on the lab", function()
       end
       local a = start("a", { HOLD = "60" })
       wait_until(function() return acquired(a) or finished(a) end, 20, "the run to take the locks")
-      assert.is_true(acquired(a), read(a.out) .. read(a.err))
+      assert.is_true(acquired(a), story(a))
       assert.are.equal(#hosts, #locked_hosts())
       for _, h in ipairs(hosts) do
         local _, out = ssh(h, "stat -c '%U %a %F' " .. h.base .. " " .. h.lock)
@@ -422,7 +435,7 @@ describe("host lock on the lab", function()
       sleep(7)
       local c = start("c", { HOLD = "60", CARGOSHIP_LOCK_INTERVAL = "1", CARGOSHIP_LOCK_STALE_AFTER = "6" })
       wait_until(function() return acquired(c) or finished(c) end, 20, "the second run to take over")
-      assert.is_true(acquired(c), read(c.out) .. read(c.err))
+      assert.is_true(acquired(c), story(c))
       for _, h in ipairs(hosts) do
         assert.are.equal(before[h.name], fingerprint(h, "/etc/cs-precious"), h.name)
       end
@@ -442,7 +455,7 @@ describe("host lock on the lab", function()
         .. h.lock .. "/holder")
       local planted = fingerprint(h, h.lock .. "/holder")
       local a = start("a", { HOLD = "60", CLUSTER = cluster1 })
-      assert.are.equal(1, wait_exit(a, 20), read(a.out) .. read(a.err))
+      assert.are.equal(1, wait_exit(a, 20), story(a))
       local out = read(a.out)
       assert.matches("lock: refusing " .. h.base .. ": it does not belong to uid 0 (owner tb (uid 1000), mode 700)",
         out, 1, true)
@@ -451,7 +464,7 @@ describe("host lock on the lab", function()
       assert.is_truthy(lab.bin, "CARGOSHIP_BIN is not set")
       local u = start("unlock", {}, q(lab.bin) .. " unlock " .. q(cluster1) .. " --known-hosts "
         .. q(lab.known_hosts) .. " --yes")
-      assert.are.equal(1, wait_exit(u, 60), read(u.out) .. read(u.err))
+      assert.are.equal(1, wait_exit(u, 60), story(u))
       assert.matches(h.address .. ": lock: refusing " .. h.base .. ": it does not belong to uid 0 (owner tb (uid 1000)",
         read(u.out), 1, true)
       assert.is_nil(read(u.out):find("root@ops", 1, true))
@@ -478,7 +491,7 @@ describe("host lock on the lab", function()
       local h = hosts[1]
       local a = start("a", env { HOLD = "60" })
       wait_until(function() return acquired(a) or finished(a) end, 20, "the first run to take the lock")
-      assert.is_true(acquired(a), read(a.out) .. read(a.err))
+      assert.is_true(acquired(a), story(a))
       sleep(1.5)
       local t_cut = util.now()
       cut()
@@ -489,7 +502,7 @@ describe("host lock on the lab", function()
         end
         local b = start("b", env { HOLD = "60", RETRY = "40" })
         wait_until(function() return acquired(b) or finished(b) end, 45, "the second run to take the lock")
-        assert.is_true(acquired(b), read(b.out) .. read(b.err))
+        assert.is_true(acquired(b), story(b))
         local taken = stamp(b, "ACQUIRED")
         -- builds before the deadline noticed only once the beat in flight timed out (20 s)
         wait_until(function() return stamp(a, "LOST", h.address) end, 40, "the holder to count its lock lost")
@@ -638,15 +651,15 @@ describe("host lock on the lab", function()
       hold_releases()
       local a = apply("apply-a")
       wait_until(function() return releases_held() or finished(a) end, 60, "apply to reach phase 30")
-      assert.is_falsy(finished(a), read(a.err))
+      assert.is_falsy(finished(a), "apply a ended before holding every lock: " .. story(a))
       assert.are.equal(#hosts, #locked_hosts())
       local b = apply("apply-b")
-      assert.are.equal(4, wait_exit(b, 30), read(b.err))
+      assert.are.equal(4, wait_exit(b, 30), story(b))
       assert.is_true(b.elapsed < LOSER_S, "the second apply took " .. b.elapsed .. " s")
       assert.matches("another cargoship holds the lock at " .. hosts[1].lock, read(b.err), 1, true)
       assert.matches("(pid " .. pid_of(a) .. ",", read(b.err), 1, true)
       signal(a, "INT")
-      assert.are.equal(130, wait_exit(a, 30), read(a.err))
+      assert.are.equal(130, wait_exit(a, 30), story(a))
       assert.are.same({}, locked_hosts())
     end)
 
@@ -696,13 +709,13 @@ describe("host lock on the lab", function()
           local _, out = ssh(h1, "ls /run/cs-wait.* 2>/dev/null | wc -l")
           return tonumber(out) == 2 or finished(runs[1]) or finished(runs[2])
         end, 60, "both applies to reach the barrier")
-        assert.is_falsy(finished(runs[1]) or finished(runs[2]), read(runs[1].err) .. read(runs[2].err))
+        assert.is_falsy(finished(runs[1]) or finished(runs[2]), story(runs[1]) .. "\n---\n" .. story(runs[2]))
         sleep(0.3)
         ssh(h1, ": >/run/cs-go")
         local rc = { wait_exit(runs[1], 60), wait_exit(runs[2], 60) }
         io.stderr:write(string.format("[lock] round %d: exit codes %d and %d\n", round, rc[1], rc[2]))
-        assert.is_false(rc[1] == 4 and rc[2] == 4, "both applies exited 4:\n" .. read(runs[1].err) .. "\n---\n"
-          .. read(runs[2].err))
+        assert.is_false(rc[1] == 4 and rc[2] == 4, "both applies exited 4:\n" .. story(runs[1]) .. "\n---\n"
+          .. story(runs[2]))
         table.sort(rc)
         if rc[1] == 0 and rc[2] == 4 then
           local winner, loser = runs[1], runs[2]
@@ -721,7 +734,7 @@ describe("host lock on the lab", function()
           end
         else
           -- no meeting: one ran before the other took its first lock
-          assert.are.same({ 0, 0 }, rc, read(runs[1].err) .. read(runs[2].err))
+          assert.are.same({ 0, 0 }, rc, story(runs[1]) .. "\n---\n" .. story(runs[2]))
         end
         assert.are.same({}, locked_hosts())
       end
@@ -745,13 +758,13 @@ describe("host lock on the lab", function()
       wait_exit(a, 10)
       assert.are.equal(#hosts, #locked_hosts(), "kill -9 releases nothing")
       local b = apply("apply-b", timings)
-      assert.are.equal(4, wait_exit(b, 30), read(b.err))
+      assert.are.equal(4, wait_exit(b, 30), story(b))
       assert.matches("(pid " .. apid .. ",", read(b.err), 1, true)
       assert.matches("is held by a run that is gone (pid " .. apid .. ", killed?)", read(b.err), 1, true)
       assert.is_nil(read(b.err):find("free once that run ends", 1, true), read(b.err))
       sleep(41)
       local c = apply("apply-c", timings)
-      assert.are.equal(0, wait_exit(c, 60), read(c.err))
+      assert.are.equal(0, wait_exit(c, 60), story(c))
       local n = 0
       for line in read(c.err):gmatch("[^\n]+") do
         if line:find("took over a stale lock at /", 1, true) then
