@@ -29,6 +29,7 @@ typedef struct {
   int spare_half;         /* ... and its open packet is half sent: only the open may go on */
   int early;              /* the exec request is sent: stdin and EOF go on before its reply */
   int eof_sent;
+  unsigned long rx_mark;  /* ss->rx when this turn of exec_step began */
 } cs_exec;
 
 /* Stack layout while an exec runs. */
@@ -131,7 +132,12 @@ static int drain(lua_State *L, cs_exec *op) {
 
 static int exec_k(lua_State *L, int status, lua_KContext ctx);
 
+/* Waits for the socket, unless bytes came in during this turn: then one of this turn's calls
+ * may have queued what an earlier call of the same turn looked for (stdout's data read by the
+ * stderr read, an EOF by a write), and nothing more may ever arrive to wake the wait. -> -1:
+ * take another turn. */
 static int wait_session(lua_State *L, cs_exec *op) {
+  if (op->ss->rx != op->rx_mark) return -1;
   return cs_ssh_wait(L, op->ss, op, lua_tonumber(L, A_DEADLINE), 0, exec_k);
 }
 
@@ -379,11 +385,16 @@ static int exec_step(lua_State *L, cs_exec *op) {
   for (;;) {
     cs_ssh *ss = op->ss;
     if (ss->state == SS_BROKEN || !ss->s) return exec_fail(L, op, "exec", "closed");
+    op->rx_mark = ss->rx;
     cs_ssh_reap(L, ss, op);
     if (!cs_ssh_may_call(ss, op)) return wait_turn(L, op);
-    /* the spare's open goes on beside the command, unless the command's packet is half sent */
-    if (op->spare && (ss->send_owner != op || op->spare_half) && spare_step(L, op)) return wait_session(L, op);
     int r;
+    /* the spare's open goes on beside the command, unless the command's packet is half sent */
+    if (op->spare && (ss->send_owner != op || op->spare_half) && spare_step(L, op)) {
+      r = wait_session(L, op);
+      if (r >= 0) return r;
+      continue;
+    }
     switch (op->state) {
       case E_OPEN: r = step_open(L, op); break;
       case E_EXEC: r = step_exec(L, op); break;
