@@ -4,7 +4,8 @@ local lab = require "integration.lab"
 -- Bounded: the whole spec takes ~15 s on a quiet machine, but in CI of stop 29 (load 15, the
 -- 50-host lab) one of its valgrind runs never ended and held its lab for the 2,400 s ctest guard;
 -- past 600 s it is stopped (exit 124 fails the case, with the tail of what it printed). What hung
--- is not known yet: see the closing note of stop 29.
+-- was found at stop 31, caught live: an exec whose stdout the stderr read had queued, waiting on
+-- a socket nothing more would reach (runtime/ssh_exec.c wait_session; integration/recv_defer).
 local VALGRIND = "timeout -k 10 600 valgrind "
 
 describe("ssh runtime memory", function()
