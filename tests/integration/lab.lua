@@ -87,6 +87,17 @@ function M.sh(cmd)
   return code, out
 end
 
+-- Writes a Lua script for a separate lua5.4 process (under valgrind, or with a preloaded shim)
+-- that uses this tree's runtime: `loop` and `ssh` are loaded, then body runs. -> the path.
+function M.runtime_script(body)
+  local path = os.tmpname()
+  files.write(path, string.format("package.path = %q .. \"/lua/?.lua;\" .. package.path\n"
+    .. "package.cpath = %q .. \"/lib/?.so;\" .. package.cpath\n"
+    .. "local loop = require \"cargoship.loop\"\nlocal ssh = require \"cargoship.ssh\"\n",
+    M.src, os.getenv("CARGOSHIP_BUILD_DIR")) .. body)
+  return path
+end
+
 function M.lab(args)
   return M.sh(M.src .. "/tests/lab/lab.sh " .. args)
 end

@@ -14,13 +14,7 @@ describe("ssh runtime memory", function()
     assert.is_true(#hosts >= 20)
     local addrs = {}
     for i = 1, 20 do addrs[i] = string.format("%q", hosts[i].address) end
-    local script = os.tmpname()
-    local f = assert(io.open(script, "w"))
-    f:write(string.format([[
-package.path = %q .. "/lua/?.lua;" .. package.path
-package.cpath = %q .. "/lib/?.so;" .. package.cpath
-local loop = require "cargoship.loop"
-local ssh = require "cargoship.ssh"
+    local script = lab.runtime_script(string.format([[
 local ok, err = loop.run(function()
   local kh = assert(ssh.known_hosts(%q))
   local tasks = {}
@@ -42,9 +36,7 @@ end)
 assert(ok, err)
 collectgarbage()
 print("closed 20 sessions")
-]], lab.src, os.getenv("CARGOSHIP_BUILD_DIR"), lab.known_hosts, table.concat(addrs, ", "), lab.key,
-      script, addrs[1], lab.key))
-    f:close()
+]], lab.known_hosts, table.concat(addrs, ", "), lab.key, lab.src .. "/README.md", addrs[1], lab.key))
     local code, out = lab.sh(VALGRIND .. "--leak-check=full --errors-for-leak-kinds=definite,indirect "
       .. "--suppressions=" .. lab.src .. "/tests/integration/valgrind-glibc.supp "
       .. "--show-leak-kinds=definite,indirect --error-exitcode=33 lua5.4 " .. script)
@@ -62,13 +54,7 @@ print("closed 20 sessions")
     local h = lab.hosts()[1]
     local big = os.tmpname()
     assert(os.execute("truncate -s 64M " .. big))   -- sparse: no disk used
-    local script = os.tmpname()
-    local f = assert(io.open(script, "w"))
-    f:write(string.format([[
-package.path = %q .. "/lua/?.lua;" .. package.path
-package.cpath = %q .. "/lib/?.so;" .. package.cpath
-local loop = require "cargoship.loop"
-local ssh = require "cargoship.ssh"
+    local script = lab.runtime_script(string.format([[
 local ok, err = loop.run(function()
   local kh = assert(ssh.known_hosts(%q))
   for _ = 1, 2 do
@@ -91,9 +77,7 @@ end)
 assert(ok, err)
 collectgarbage()
 print("cut 3 transfers")
-]], lab.src, os.getenv("CARGOSHIP_BUILD_DIR"), lab.known_hosts, h.address, lab.key, big, h.address, lab.key, big,
-      h.address, lab.key))
-    f:close()
+]], lab.known_hosts, h.address, lab.key, big, h.address, lab.key, big, h.address, lab.key))
     local code, out = lab.sh(VALGRIND .. "--leak-check=full --errors-for-leak-kinds=definite,indirect "
       .. "--suppressions=" .. lab.src .. "/tests/integration/valgrind-glibc.supp "
       .. "--show-leak-kinds=definite,indirect --error-exitcode=33 lua5.4 " .. script)

@@ -16,13 +16,7 @@ describe("ssh runtime, each arrival deferred by one recv", function()
     local hosts = lab.hosts()
     local addrs = {}
     for i = 1, 4 do addrs[i] = string.format("%q", hosts[i].address) end
-    local script = os.tmpname()
-    local f = assert(io.open(script, "w"))
-    f:write(string.format([[
-package.path = %q .. "/lua/?.lua;" .. package.path
-package.cpath = %q .. "/lib/?.so;" .. package.cpath
-local loop = require "cargoship.loop"
-local ssh = require "cargoship.ssh"
+    local script = lab.runtime_script(string.format([[
 local ok, err = loop.run(function()
   local kh = assert(ssh.known_hosts(%q))
   local tasks = {}
@@ -34,6 +28,7 @@ local ok, err = loop.run(function()
         local out, e, code = s:exec(cmd:gsub("%%$0", n), { timeout = 10 })
         assert(out, a .. ": command " .. n .. ": " .. tostring(e))
         assert(out == "out" .. n .. "\n", a .. ": command " .. n .. ": stdout " .. out)
+        assert(e == (n %% 2 == 0 and "err" .. n .. "\n" or ""), a .. ": command " .. n .. ": stderr " .. e)
         assert(code == (n %% 2 == 0 and 3 or 0), a .. ": command " .. n .. ": exit " .. tostring(code))
       end
       assert(s:close())
@@ -43,8 +38,7 @@ local ok, err = loop.run(function()
 end)
 assert(ok, err)
 print("100 commands")
-]], lab.src, os.getenv("CARGOSHIP_BUILD_DIR"), lab.known_hosts, table.concat(addrs, ", "), lab.key))
-    f:close()
+]], lab.known_hosts, table.concat(addrs, ", "), lab.key))
     -- a sanitized lua5.4 (tests/sanitize) wants its runtime first in the list: the shim goes first
     local asan = os.getenv("ASAN_OPTIONS")
     local env = "LD_PRELOAD=" .. q(shim) .. " ASAN_OPTIONS="
