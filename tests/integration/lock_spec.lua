@@ -174,17 +174,19 @@ local function finished(p)
   return rc and tonumber(rc)
 end
 
--- What a run's end says, for an assertion's message: its exit code and the last lines of its
--- stderr, the tail first (a CI log keeps only the head of a long message, and the cause of an
--- early end is at the tail).
-local function story(p, n)
+-- The last n lines of a text (all of it when shorter).
+local function tail(text, n)
   local lines = {}
-  for line in read(p.err):gmatch("[^\n]*") do lines[#lines + 1] = line end
-  n = n or 30
-  local from = math.max(1, #lines - n + 1)
-  return string.format("%s: exit %s; last %d lines of its stderr:\n%s\n(stdout: %s)", p.err,
-    tostring(finished(p) or "none yet"), #lines - from + 1, table.concat(lines, "\n", from),
-    read(p.out):sub(1, 400))
+  for line in text:gmatch("[^\n]+") do lines[#lines + 1] = line end
+  return table.concat(lines, "\n", math.max(1, #lines - n + 1))
+end
+
+-- What a run's end says, for an assertion's message: its exit code first, then the last lines of
+-- its stderr and its stdout (a CI log keeps only the head of a long message, and the cause of an
+-- early end is at the tail of its output).
+local function story(p)
+  return string.format("%s: exit %s\n-- last lines of its stderr:\n%s\n-- last lines of its stdout:\n%s", p.err,
+    tostring(finished(p) or "none yet"), tail(read(p.err), 30), tail(read(p.out), 15))
 end
 
 -- A run that fails on a held lock ends well before this (its holder holds for 60 s): the bound
