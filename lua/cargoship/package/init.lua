@@ -24,6 +24,7 @@
 local errors = require "cargoship.config.errors"
 local schema = require "cargoship.package.schema"
 local util = require "cargoship.util"
+local yaml = require "cargoship.yaml"
 
 local M = {}
 
@@ -57,15 +58,18 @@ M.pick = pick
 function M.check(docs, file)
   local d, i = pick(docs)
   if not d then return file .. ": no document with kind: ZarfDistro" end
-  local list = schema.check(d, file, { require("cargoship.yaml").where(docs, i) })
+  local list = schema.check(d, file, { yaml.where(docs, i) })
   return list and errors.format(list) or nil
 end
 
+-- doc.a.b... -> the value, or nil when a step is missing or not a mapping. A YAML null (`key:`
+-- with no value) reads as absent, as the schema allows it: every reader of the file goes through here.
 local function field(t, ...)
   for _, k in ipairs({ ... }) do
     if type(t) ~= "table" then return nil end
     t = t[k]
   end
+  if yaml.is_null(t) then return nil end
   return t
 end
 M.field = field
@@ -335,7 +339,6 @@ end
 
 -- read(path[, {tmpdir = parent of the unpacked archive}])
 function M.read(path, opts)
-  local yaml = require "cargoship.yaml"
   local dir, temp, yaml_path
   if M.is_archive(path) then
     local d, err = M.unpack(path, opts and opts.tmpdir)

@@ -43,6 +43,28 @@ spec:
                   selinux = { modules = {}, booleans = {}, file_contexts = {} } }, got.os)
   end)
 
+  -- `key:` with no value is a YAML null; the schema lets a section be null, so the reader must read it
+  -- as absent (a fuzz finding: imageConfig null raised "attempt to index a cargoship.yaml.null value").
+  it("reads a section left empty (YAML null) as absent, never raising", function()
+    local sections = {
+      "  config:\n    imageConfig:\n", "  config:\n    engine:\n", "  config:\n    os:\n",
+      "  config:\n    manifests:\n", "  config:\n", "  values:\n", "  config:\n    files:\n",
+      "  config:\n    imageConfig:\n      images:\n      path:\n",
+    }
+    for i, body in ipairs(sections) do
+      local p = write("null" .. i .. ".yaml",
+        HEAD .. "metadata: {name: n}\nspec:\n  type: k3s\n  version: 1.35.2-k3s1\n" .. body)
+      local ok, got, why = pcall(package_reader.read, p)
+      assert(ok, body .. ": raised " .. tostring(got))
+      assert(got or (type(why) == "string" and why:find(p, 1, true)), body .. ": " .. tostring(why))
+      if got then
+        assert.same({}, got.images, body)
+        assert.same("none", got.image_config.compression, body)
+        assert.same({}, got.files, body)
+      end
+    end
+  end)
+
   it("checks spec.config.os and normalizes it for the prepare phases", function()
     local p = write("os.yaml", HEAD .. [[
 metadata: {name: o}
