@@ -176,6 +176,18 @@ function M.artifact_name(doc, arches)
   return string.format("cargoship-%s-%s%s%s", name, arch, version and ("-" .. version) or "", ext)
 end
 
+-- -o names a directory (the artifact's name is added) or an archive path: where it goes must be a
+-- directory that exists, checked before any work (io.open of "dir/." opens only a directory).
+local function out_problem(out)
+  if not out then return nil end
+  local dir = pkg.is_archive(out) and (out:match("^(.*)/[^/]*$") or ".") or out
+  if dir == "" then dir = "/" end
+  local f = io.open(dir .. "/.", "r")
+  if f then f:close() return nil end
+  return string.format("%s: not an existing directory (-o names a directory, or an archive path ending in %s)",
+    dir, table.concat(pkg.ARCHIVE_SUFFIXES, ", "))
+end
+
 function M.create(src, opts)
   opts = opts or {}
   local warn = opts.warn or function() end
@@ -196,6 +208,8 @@ function M.create(src, opts)
   end
   local overrides, oerr = parse_overrides(opts.file_overrides)
   if not overrides then return nil, oerr end
+  local out_err = out_problem(opts.out)
+  if out_err then return nil, out_err end
   local arches = field(doc, "metadata", "architectures") or { field(doc, "metadata", "architecture") or "amd64" }
   local stage = assert(io.popen("mktemp -d \"${TMPDIR:-/tmp}/cargoship-build.XXXXXX\"")):read("l")
   local work = stage .. ".work"

@@ -149,6 +149,16 @@ describe("cargoship package create", function()
     assert.equal("ustar", read(out):sub(258, 262))
   end)
 
+  it("refuses an -o whose directory does not exist, before any work, naming it", function()
+    for _, out in ipairs({ root .. "/absent", root .. "/absent/p.tar.zst", root .. "/src/distro.yaml/" }) do
+      local got, err = create(root, nil, { out = out })
+      assert.is_nil(got, out)
+      assert.matches("not an existing directory %(%-o names a directory", err, 1, false, out)
+      assert.is_nil(io.open(root .. "/absent"), out)
+    end
+    assert.matches("%.tar%.zst$", assert(create(root, nil, { out = root .. "/p.tar.zst" })))
+  end)
+
   it("refuses a URL without a mirror, a mirrored URL without shasum and a shasum mismatch", function()
     local _, err = create(root, nil, { file_overrides = {} })
     assert.matches("spec.config.os.files%[0%]%.source: https://example.invalid/v1/rke2 is a URL and nothing is "
