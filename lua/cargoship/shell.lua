@@ -42,11 +42,11 @@ end
 -- M.SHA256_FN: defines the shell function `cs_sha256 FILE`, which prints FILE's sha256 as hex
 -- first on the line: openssl or python3's hashlib (both use the CPU's SHA extensions, ~5x
 -- less CPU than coreutils' sha256sum, which is what an upload's check costs the host beyond
--- the transfer), else sha256sum.
-M.SHA256_FN = "cs_sha256() { case $1 in -*) set -- \"./$1\";; esac;"
-  .. " openssl dgst -sha256 -r \"$1\" 2>/dev/null || python3 -c "
-  .. util.quote("import hashlib, sys\nh = hashlib.sha256()\nwith open(sys.argv[1], 'rb') as f:\n"
-    .. "    for b in iter(lambda: f.read(1 << 20), b''):\n        h.update(b)\nprint(h.hexdigest())")
-  .. " \"$1\" 2>/dev/null || sha256sum -- \"$1\"; }"
+-- the transfer), else sha256sum. Each reads the file on stdin, opened again for each: given a
+-- name holding a backslash or a newline, openssl -r and sha256sum print a backslash before the hash.
+M.SHA256_FN = "cs_sha256() { openssl dgst -sha256 -r < \"$1\" 2>/dev/null || python3 -c "
+  .. util.quote("import hashlib, sys\nh = hashlib.sha256()\n"
+    .. "for b in iter(lambda: sys.stdin.buffer.read(1 << 20), b''):\n    h.update(b)\nprint(h.hexdigest())")
+  .. " < \"$1\" 2>/dev/null || sha256sum < \"$1\"; }"
 
 return M
