@@ -66,9 +66,9 @@ describe("cargoship.phases.lib.uploads assessment against a real shell", functio
   after_each(function() os.execute("rm -rf " .. util.quote(dir)) end)
 
   -- a host whose probe is run by /bin/sh here, on files under dir (no sudo, no SSH)
-  local function local_host()
+  local function local_host(prefix)
     return { name = "local", probe = function(_, cmd)
-      local p = assert(io.popen(cmd))
+      local p = assert(io.popen((prefix or "") .. cmd))
       local out = p:read("a")
       local _, _, code = p:close()
       return out, "", code
@@ -117,6 +117,30 @@ describe("cargoship.phases.lib.uploads assessment against a real shell", functio
     end
     assert.is_nil(io.open(dir .. "/t/.c.conf.cargoship-20260101T000000Z-1.tmp"))
     assert.equal(tonumber("600", 8), require("cargoship.fs").mode(moded.path))
+  end)
+
+  -- openssl -r and sha256sum mark a name holding a backslash with a "\\" before the hash: read as
+  -- part of the hash, every apply re-uploaded it (and the transport's check after an upload failed)
+  it("reads each hasher's hash of a name with a backslash, and re-uploads what it cannot hash", function()
+    local bin = dir .. "/bin"
+    os.execute("mkdir -p " .. util.quote(bin))
+    local it = item(dir .. "/t/odd\\name.conf", "same\n", "0644")
+    write(it.path, "same\n")
+    os.execute("chmod 644 " .. util.quote(it.path))
+    local path = "PATH=" .. util.quote(bin) .. ":$PATH\n"
+    -- openssl, then python3 (openssl fails), then sha256sum (both fail), then none
+    for _, broken in ipairs({ "", "openssl", "python3", "sha256sum" }) do
+      if broken ~= "" then
+        write(bin .. "/" .. broken, "#!/bin/sh\nexit 1\n")
+        os.execute("chmod 755 " .. util.quote(bin .. "/" .. broken))
+      end
+      local acts = assert(uploads.assess(local_host(path), { it }))
+      if broken == "sha256sum" then
+        assert.same({ "upload" }, { acts[1].kind })
+      else
+        assert.same({}, acts, "with " .. (broken == "" and "openssl" or broken) .. " broken")
+      end
+    end
   end)
 
   it("uploads a changed file even when its mode is right", function()

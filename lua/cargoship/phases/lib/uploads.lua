@@ -129,10 +129,11 @@ local function short_mode(m) return m and (m:gsub("^0+(%d%d%d)$", "%1")) or nil 
 
 local function probe_script(items)
   -- the transport's hash helper: a second apply hashes every target, so its CPU counts
+  -- 3 processes a file that is there (the hash's subshell, the hasher, stat), not 5: no pipe to
+  -- cut; a hash that fails reads "unreadable" (stat's mode was read as the hash)
   local lines, dirs, seen = { shell.SHA256_FN,
-    "cs_f() { if [ -f \"$2\" ] && [ ! -L \"$2\" ]; then set -- \"$1\" \"$2\" "
-    .. "$(cs_sha256 \"$2\" | cut -d' ' -f1) $(stat -c '%a %U %G' -- \"$2\"); echo \"F $1 $3 $4 $5 $6\";"
-    .. " else echo \"F $1 -\"; fi; }" }, {}, {}
+    "cs_f() { if [ -f \"$2\" ] && [ ! -L \"$2\" ]; then h=$(cs_sha256 \"$2\"); h=${h%% *};"
+    .. " echo \"F $1 ${h:-unreadable} $(stat -c '%a %U %G' -- \"$2\")\"; else echo \"F $1 -\"; fi; }" }, {}, {}
   local function dir(d)
     if seen[d] then return end
     seen[d] = true
