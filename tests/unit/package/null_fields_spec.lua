@@ -60,6 +60,7 @@ describe("a package definition with one field left empty (YAML null)", function(
             local rok, again, rwhy = pcall(package.read, out)
             assert(rok, what .. ": reading the built package raised " .. tostring(again))
             assert(again, what .. ": the built package does not read: " .. tostring(rwhy))
+            package.release(again)
           end
         end
         sh("rm -rf " .. dir)
