@@ -33,6 +33,12 @@ function M.prepare(ctx)
   return ctx.hosts
 end
 
+-- Sent ahead (facts/prefetch.lua) with phase 5's reads: the join probe and the sudo check cost no
+-- round trip of their own (the facts they are built from are all in by now).
+function M.prefetch(ctx, host)
+  return (predict.probe_cmds(ctx, host))
+end
+
 -- Everything that needs no round trip -> list of {host = Host, message}. Pure, for specs.
 M.problems = preflight.problems
 

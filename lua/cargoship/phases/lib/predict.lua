@@ -166,6 +166,17 @@ function M.join_target(ctx, host)
   return t
 end
 
+-- probe_cmds(ctx, host) -> {join = cmd, sudo = "true"} (either, both or neither: they run as root),
+-- the join target | nil. Builds the commands only: validate_hosts sends them ahead (its prefetch).
+function M.probe_cmds(ctx, h)
+  local c = h.config.connection or {}
+  local cmds = {}
+  local t = M.join_target(ctx, h)
+  if t then cmds.join = forecast.join_probe(t) end
+  if (c.user or "root") ~= "root" and not cmds.join then cmds.sudo = "true" end
+  return cmds, t
+end
+
 -- probe_hosts(ctx, hosts) -> sudo = {[host] = why}, joins = {[host] = out}, targets = {[host] = target}
 -- sudo is the one check that needs the host: the first sudo command decides it for the
 -- connection (Connection:sudo_prefix), so a root login costs no round trip for it; the join
@@ -173,11 +184,8 @@ end
 function M.probe_hosts(ctx, hosts)
   local sudo, joins, targets = {}, {}, {}
   ctx:each(hosts, function(h)
-    local c = h.config.connection or {}
-    local cmds = {}
-    local t = M.join_target(ctx, h)
-    if t then targets[h], cmds.join = t, forecast.join_probe(t) end
-    if (c.user or "root") ~= "root" and not cmds.join then cmds.sudo = "true" end
+    local cmds, t = M.probe_cmds(ctx, h)
+    targets[h] = t
     if next(cmds) then
       local res, err = h:probes(cmds)
       if not res then sudo[h] = err
