@@ -34,8 +34,13 @@ function M.prepare(ctx)
 end
 
 -- Sent ahead (facts/prefetch.lua) with phase 5's reads: the join probe and the sudo check cost no
--- round trip of their own (the facts they are built from are all in by now).
+-- round trip of their own. The join target is built from phase 3's facts of every host (the
+-- leader's address, the forecast): asked before they are in (the batches before phases 2 and 3),
+-- it says nothing, or it would send a probe of a wrong target (the leader's bare name).
 function M.prefetch(ctx, host)
+  for _, h in ipairs(ctx.hosts) do
+    if not (h.facts and h.facts.private_address) then return nil end
+  end
   return (predict.probe_cmds(ctx, host))
 end
 

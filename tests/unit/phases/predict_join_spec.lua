@@ -68,6 +68,12 @@ describe("the join probe, sent ahead", function()
     worker:attach(conn)
     local ctx = support.ctx({ leader, worker }, { distro = K3S, cluster = { name = "lab", hosts = {}, profiles = {} } })
     local join = assert(predict.probe_cmds(ctx, worker).join, "the worker has a join probe")
+    -- before phase 3's facts are in (the batches before phases 2 and 3) it asks nothing: the
+    -- target would be the leader's bare name
+    local address = leader.facts.private_address
+    leader.facts.private_address = nil
+    assert.is_nil(validate_hosts.prefetch(ctx, worker))
+    leader.facts.private_address = address
     prefetch.before_phase(ctx, { validate_hosts, distro_facts }, 1, { worker })
     assert.are.equal(1, #conn.commands, "one batch before phase 4")
     -- as root: sudo is not known yet on this connection, so the batch asks it and quotes each command
