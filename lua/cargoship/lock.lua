@@ -166,8 +166,11 @@ cs_show() {
 -- the same lock), then publishes. Every taker that judged the same lock stale renames onto
 -- that same name, and rename(2) onto a non-empty directory fails, so a late taker can never
 -- move aside the fresh lock the first one published. A tombstone's own mtime is set when it
--- is made (nothing is written inside a directory another run made); tombstones and abandoned
--- staging directories go once they are older than the stale window. The stale window is the
+-- is made (nothing is written inside a directory another run made); abandoned staging
+-- directories go once they are older than the stale window, tombstones once they are ten times
+-- older: a late taker is safe while the tombstone it would rename onto is there, so it must
+-- stall for that long between its judgement and its rename (which asks the token again first)
+-- before it could move a fresh lock aside. The stale window is the
 -- larger of this taker's and the one the holder wrote in its record (its promise to have
 -- stopped by then), so a run started with shorter timings never cuts a longer holder short.
 local ACQUIRE = [[
@@ -194,7 +197,9 @@ now=$(date +%s)
 for t in "$B"/old.* "$B"/new.*; do
   [ -e "$t" ] || continue
   m=$(cs_mtime "$t")
-  if [ -n "$m" ] && [ $(( now - m )) -gt "$CS_STALE" ]; then rm -rf -- "$t"; fi
+  g=$CS_STALE
+  case $t in "$B"/old.*) g=$(( CS_STALE * 10 ));; esac
+  if [ -n "$m" ] && [ $(( now - m )) -gt "$g" ]; then rm -rf -- "$t"; fi
 done
 n=0
 while [ "$n" -lt 5 ]; do
@@ -213,6 +218,10 @@ while [ "$n" -lt 5 ]; do
   # a lock without a token (not made by cargoship) is named by its mtime and inode
   [ -n "$id" ] || id=m$(stat -c '%Y.%i' -- "$L")
   T=$B/old.$id
+  # the lock judged stale, asked again at the last moment: a taker that stalled since has
+  # found another's fresh lock there, whose tombstone name is not the one it holds
+  c=$(cs_token "$L"); [ -n "$c" ] || c=m$(stat -c '%Y.%i' -- "$L" 2>/dev/null)
+  [ "$c" = "$id" ] || continue
   if mv -T -- "$L" "$T" 2>/dev/null; then
     touch -c -- "$T"
     if cs_take; then echo "tomb=$id"; cs_show took_over "$age" "$T"; exit 0; fi
