@@ -15,7 +15,8 @@
 -- one batch (one host:probe). Each answer is kept on the host (host:remember); the phase's
 -- host:probes / host:probe then finds it there and sends nothing. A dry run of phases 1-7
 -- and 30 thus costs a host two round trips after connecting: one before phase 2 (OS, facts,
--- the lock read), one before phase 5 (the engine probes, which need the OS configurer).
+-- the lock read), one before phase 5 (the engine probes, which need the OS configurer), or
+-- before phase 4 with them when validate_hosts has a join probe to send (a worker the run starts).
 -- A login that is not root: the first batch also asks `sudo -n true` and the connection
 -- learns the answer there (host:sudo_answer), so deciding sudo costs no round trip either.
 -- A later phase (pkgfault's dpkg and holds checks, predict's apt-get -s) adds its own
