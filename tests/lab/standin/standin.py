@@ -3598,14 +3598,24 @@ def kubeadm_upgrade(args):
                 return 1
         print('[upgrade/staticpods] Writing new Static Pod manifests to "%s"' % MANIFESTS)
         set_manifest_version(target)
-        ccfg["kubernetesVersion"] = target
-        cm["data"]["ClusterConfiguration"] = yaml.safe_dump(ccfg)
-        client.call("PUT", "/api/v1/namespaces/kube-system/configmaps/kubeadm-config", cm)
 
         def upgraded():
             return client.call("GET", "/version", timeout=2).get("gitVersion") == target
         if wait_for("apiserver", upgraded, 300) is None:
             phase_fail("upgrade", "timed out waiting for the kube-apiserver to report %s" % target)
+        print('[upgrade/staticpods] Component "kube-apiserver" upgraded successfully!')
+        # as kubeadm does, the configuration is stored once the control plane is back: written
+        # before, the PUT met the API server the kubelet was restarting (connection reset)
+        print('[upload-config] Storing the configuration used in ConfigMap "kubeadm-config" in the "kube-system" '
+              'Namespace')
+        ccfg["kubernetesVersion"] = target
+        cm["data"]["ClusterConfiguration"] = yaml.safe_dump(ccfg)
+
+        def stored():
+            client.call("PUT", "/api/v1/namespaces/kube-system/configmaps/kubeadm-config", cm, timeout=5)
+            return True
+        if wait_for("kubeadm-config", stored, 60) is None:
+            phase_fail("upload-config", "timed out storing the kubeadm-config ConfigMap")
         print('[upgrade/successful] SUCCESS! Your cluster was upgraded to "%s". Enjoy!\n\n[upgrade/kubelet] Now that '
               'your control plane is upgraded, please proceed with upgrading your kubelets if you haven\'t already '
               'done so.' % target)
