@@ -155,8 +155,11 @@ function methods:raw(cmd, opts)
   local clean, code
   if filter then clean, code = err, filter.finish() else clean, code = split_marker(err) end
   if not code then
-    return nil, string.format("%s: exec: no exit status came back (connection cut or shell killed%s)",
-      self.name, signal and (", signal " .. signal) or ""), "closed"
+    -- what came on stderr is the last word of whatever ended it (ssh's own, for the openSSH kind)
+    local said = (clean or ""):gsub("%s+$", ""):match("([^\n]*)$") or ""
+    if #said > 300 then said = "..." .. said:sub(-300) end
+    return nil, string.format("%s: exec: no exit status came back (connection cut or shell killed%s)%s",
+      self.name, signal and (", signal " .. signal) or "", said ~= "" and (": " .. said) or ""), "closed"
   end
   return out, clean, code
 end

@@ -345,13 +345,43 @@ local function check_master(self)
   if ok and status then self.lost = lost_reason(self, status) end
 end
 
--- Runs one ssh client to its end; a failure of ssh itself (exit 255 with the master gone)
--- becomes "closed" with ssh's words.
-local function run_client(self, op, argv, opts)
-  local why = broken(self, op)
-  if why then return nil, why, "closed" end
-  local o = { stdin = opts.stdin, timeout = opts.timeout ~= 0 and opts.timeout or nil, on_stdout = opts.on_stdout,
-    on_stderr = opts.on_stderr }
+-- A session the master asked for and sshd refused: ssh says so and exits 255 before the command
+-- ran. The gate below keeps MaxSessions clients at once, but a client that ended has not always
+-- freed its channel on the host yet (the master's close is still on its way), so the next one
+-- can meet an eleventh session (seen in the CI-like run: 30 commands at once on one session).
+-- It is tried again, a little later, up to M.REFUSED_TRIES times.
+M.REFUSED = "Session open refused by peer"
+M.REFUSED_TRIES = 10
+
+-- ssh's own words for it start so (OpenSSH's mux client names its function)
+local REFUSED_BY = "mux_client_request_session: "
+
+-- One client behind the session's gate -> {pcall's results of subprocess.run}, refused. When the
+-- caller streams stderr, only a beginning that could be ssh's refusal is held back (until it
+-- is whole or the client ends), so a refused attempt (tried again unless `last`) says nothing
+-- to the caller and a command's own stderr flows as it comes.
+local function gated_client(self, argv, opts, last)
+  local o = { stdin = opts.stdin, timeout = opts.timeout ~= 0 and opts.timeout or nil, on_stdout = opts.on_stdout }
+  local held, flowing = "", false
+  local function flush()
+    if flowing then return end
+    flowing = true
+    if held ~= "" then opts.on_stderr(held) end
+  end
+  if opts.on_stderr then
+    function o.on_stderr(chunk)
+      if flowing then return opts.on_stderr(chunk) end
+      held = held .. chunk
+      local n = math.min(#held, #REFUSED_BY)
+      if held:sub(1, n) ~= REFUSED_BY:sub(1, n) or #held > 4096 then flush() end
+    end
+    if opts.on_stdout then
+      function o.on_stdout(chunk)
+        flush()
+        return opts.on_stdout(chunk)
+      end
+    end
+  end
   -- sshd opens at most MaxSessions (10) channels per connection and refuses the rest: the
   -- others wait here for a free one, as libssh2's control gate makes them wait
   self.gate:acquire()
@@ -359,6 +389,25 @@ local function run_client(self, op, argv, opts)
   local r = table.pack(pcall(subprocess.run, argv, o))
   self.nchannels = self.nchannels - 1
   self.gate:release()
+  if not r[1] or not r[2] then return r, false end
+  -- r = ok, out, err, status, signal (err is "" when streamed: then the held text is ssh's)
+  local err = opts.on_stderr and held or r[3]
+  local no = r[4] == 255 and r[2] == "" and not flowing and err:find(M.REFUSED, 1, true) ~= nil
+  if opts.on_stderr and (last or not no) then flush() end
+  return r, no and not last
+end
+
+-- Runs one ssh client to its end; a failure of ssh itself (exit 255 with the master gone)
+-- becomes "closed" with ssh's words.
+local function run_client(self, op, argv, opts)
+  local why = broken(self, op)
+  if why then return nil, why, "closed" end
+  local r, again
+  for attempt = 1, M.REFUSED_TRIES do
+    r, again = gated_client(self, argv, opts, attempt == M.REFUSED_TRIES)
+    if not again then break end
+    loop.sleep(0.02 * attempt)
+  end
   if not r[1] then error(r[2], 0) end
   local out, err, status, signal = table.unpack(r, 2, r.n)
   if not out then

@@ -170,7 +170,16 @@ case $mode in
     sh -c "$lc"
     while :; do sleep 0.1; done ;;
   client)
-    [ -e "$sock" ] || { echo "Control socket connect($sock): No such file or directory" >&2; exit 255; } ;;
+    [ -e "$sock" ] || { echo "Control socket connect($sock): No such file or directory" >&2; exit 255; }
+    # "refuses": sshd refuses the next $(cat refusals) sessions the master asks for (MaxSessions)
+    if [ "$host" = refuses ]; then
+      n=$(cat "$FAKE_HOME/refusals" 2>/dev/null || echo 0)
+      if [ "$n" -gt 0 ]; then
+        echo $((n - 1)) >"$FAKE_HOME/refusals"
+        echo "mux_client_request_session: session request failed: Session open refused by peer" >&2
+        exit 255
+      fi
+    fi ;;
   direct)
     # a handshake of its own: "slow" takes 0.3 s to authenticate; then the LocalCommand
     if [ "$host" = slow ]; then sleep 0.3; fi
@@ -223,6 +232,33 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
     assert.are.equal(0, out[3])
     assert.is_false(alive(info.master_pid))
     assert.are.equal("", sh("ls -A " .. q(base)))
+  end)
+
+  -- the CI-like run met it on the lab: 30 commands at once on one session, the eleventh refused
+  -- because a channel that had ended was not yet freed on the host
+  it("tries a session sshd refused again, saying nothing of it; names ssh's words once it gives up", function()
+    local r = {}
+    run(function()
+      local t = new()
+      local c = assert(t:connect({ kind = "openssh", address = "refuses", user = "root" }, "h1"))
+      write(dir .. "/home/refusals", "3\n")
+      r.plain = { c:exec("echo hi; echo err >&2") }
+      write(dir .. "/home/refusals", "2\n")
+      local streamed = {}
+      r.streamed = { c:exec("echo out; echo err >&2", { on_stderr = function(s) streamed[#streamed + 1] = s end }) }
+      r.stderr = table.concat(streamed)
+      write(dir .. "/home/refusals", tostring(openssh.REFUSED_TRIES) .. "\n")
+      r.refused = { c:exec("echo never") }
+      t:close_all()
+    end)
+    assert.are.same({ "hi\n", "err\n", 0 }, { r.plain[1], r.plain[2], r.plain[3] })
+    assert.are.same({ "out\n", "", 0 }, { r.streamed[1], r.streamed[2], r.streamed[3] })
+    assert.are.equal("err\n", r.stderr)
+    assert.is_nil(r.refused[1])
+    assert.matches("Session open refused by peer", r.refused[2], 1, true)
+    -- 3 + 2 refused, 2 through, then every try refused
+    local clients = select(2, read(dir .. "/log"):gsub("client refuses", ""))
+    assert.are.equal(3 + 1 + 2 + 1 + openssh.REFUSED_TRIES, clients)
   end)
 
   it("keeps the masters up through a cancel-everything, so the cancelled commands are ended over them", function()
