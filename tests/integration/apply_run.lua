@@ -180,7 +180,9 @@ function M.built(distro_yaml)
   local hit = cache[distro_yaml]
   if hit and hit.text == text then return hit.path end
   builds = builds + 1
-  local out = string.format("%s.built-%d", dir, builds)
+  -- inside the package's own directory (the build takes only the files distro.yaml lists), so
+  -- the spec's work directory takes it when it goes: beside it, every run left one in /tmp
+  local out = string.format("%s/.built-%d", dir, builds)
   local p = io.popen(string.format("mkdir -p %s && %s package create %s -o %s 2>&1", q(out), q(lab.bin), q(dir),
     q(out)))
   local out_text = p:read("a")
