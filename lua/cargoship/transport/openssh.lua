@@ -406,6 +406,8 @@ local function run_client(self, op, argv, opts)
   for attempt = 1, M.REFUSED_TRIES do
     r, again = gated_client(self, argv, opts, attempt == M.REFUSED_TRIES)
     if not again then break end
+    self.kind.log(string.format("%s: %s: sshd refused the session (MaxSessions): try %d of %d next", self.name, op,
+      attempt + 1, M.REFUSED_TRIES))
     loop.sleep(0.02 * attempt)
   end
   if not r[1] then error(r[2], 0) end

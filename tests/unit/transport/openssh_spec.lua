@@ -239,7 +239,7 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
   it("tries a session sshd refused again, saying nothing of it; names ssh's words once it gives up", function()
     local r = {}
     run(function()
-      local t = new()
+      local t = new { log = function(line) r.log = (r.log or "") .. line .. "\n" end }
       local c = assert(t:connect({ kind = "openssh", address = "refuses", user = "root" }, "h1"))
       write(dir .. "/home/refusals", "3\n")
       r.plain = { c:exec("echo hi; echo err >&2") }
@@ -254,6 +254,7 @@ describe("openSSH masters' lifecycle (a fake ssh)", function()
     assert.are.same({ "hi\n", "err\n", 0 }, { r.plain[1], r.plain[2], r.plain[3] })
     assert.are.same({ "out\n", "", 0 }, { r.streamed[1], r.streamed[2], r.streamed[3] })
     assert.are.equal("err\n", r.stderr)
+    assert.matches("h1: exec: sshd refused the session (MaxSessions): try 2 of 10 next", r.log, 1, true)
     assert.is_nil(r.refused[1])
     assert.matches("Session open refused by peer", r.refused[2], 1, true)
     -- 3 + 2 refused, 2 through, then every try refused
