@@ -98,6 +98,33 @@ function M.runtime_script(body)
   return path
 end
 
+-- M.fanout_script(n, o) -> the path of a runtime script (M.runtime_script) that connects to the
+-- lab's first n hosts at once as root, runs o.each (Lua text; `s` the session, `a` its address)
+-- in each host's task, then o.after (inside the loop, once all are joined; may use `kh`), then
+-- o.tail (after the loop, e.g. the line the spec looks for). o.timeout: connect's, if given.
+function M.fanout_script(n, o)
+  local hosts, addrs = M.hosts(), {}
+  assert(#hosts >= n, "the lab has " .. #hosts .. " hosts, " .. n .. " needed")
+  for i = 1, n do addrs[i] = string.format("%q", hosts[i].address) end
+  return M.runtime_script(string.format([[
+local ok, err = loop.run(function()
+  local kh = assert(ssh.known_hosts(%q))
+  local tasks = {}
+  for i, a in ipairs { %s } do
+    tasks[i] = loop.spawn(function()
+      local s = assert(ssh.connect { address = a, user = "root", key_path = %q, known_hosts = kh%s })
+%s
+    end)
+  end
+  for _, t in ipairs(tasks) do assert(t:join()) end
+%s
+end)
+assert(ok, err)
+%s
+]], M.known_hosts, table.concat(addrs, ", "), M.key, o.timeout and (", timeout = " .. o.timeout) or "",
+    o.each, o.after or "", o.tail or ""))
+end
+
 function M.lab(args)
   return M.sh(M.src .. "/tests/lab/lab.sh " .. args)
 end

@@ -10,33 +10,18 @@ local VALGRIND = "timeout -k 10 600 valgrind "
 
 describe("ssh runtime memory", function()
   it("leaks nothing after connecting to 20 hosts and closing them", function()
-    local hosts = lab.hosts()
-    assert.is_true(#hosts >= 20)
-    local addrs = {}
-    for i = 1, 20 do addrs[i] = string.format("%q", hosts[i].address) end
-    local script = lab.runtime_script(string.format([[
-local ok, err = loop.run(function()
-  local kh = assert(ssh.known_hosts(%q))
-  local tasks = {}
-  for i, a in ipairs { %s } do
-    tasks[i] = loop.spawn(function()
-      local s = assert(ssh.connect { address = a, user = "root", key_path = %q, known_hosts = kh })
+    local script = lab.fanout_script(20, {
+      each = string.format([[
       assert(s:exec("uname -a"))
       assert(s:sftp_put(%q, "/tmp/leak-check"))
-      assert(s:close())
-    end)
-  end
-  for _, t in ipairs(tasks) do assert(t:join()) end
+      assert(s:close())]], lab.src .. "/README.md"),
+      after = string.format([[
   -- a name resolved in the background (localhost: /etc/hosts, no traffic), then refused
   assert(not ssh.connect { address = "localhost", port = 1, host_key_policy = "off" })
   -- one left open for the garbage collector to free
-  local s = assert(ssh.connect { address = %s, user = "root", key_path = %q, known_hosts = kh })
-  assert(s:exec("true"))
-end)
-assert(ok, err)
-collectgarbage()
-print("closed 20 sessions")
-]], lab.known_hosts, table.concat(addrs, ", "), lab.key, lab.src .. "/README.md", addrs[1], lab.key))
+  local s = assert(ssh.connect { address = %q, user = "root", key_path = %q, known_hosts = kh })
+  assert(s:exec("true"))]], lab.hosts()[1].address, lab.key),
+      tail = 'collectgarbage()\nprint("closed 20 sessions")' })
     local code, out = lab.sh(VALGRIND .. "--leak-check=full --errors-for-leak-kinds=definite,indirect "
       .. "--suppressions=" .. lab.src .. "/tests/integration/valgrind-glibc.supp "
       .. "--show-leak-kinds=definite,indirect --error-exitcode=33 lua5.4 " .. script)

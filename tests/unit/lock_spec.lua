@@ -117,6 +117,16 @@ describe("lock", function()
     return o
   end
 
+  -- The acquire script a host would get for info, as a shell would run it there. A stale
+  -- window of 8 s: a racing taker that stalls past a short one on a loaded machine (3 s did)
+  -- meets a lock judged anew, which is what these specs do not mean to test.
+  local function script_of(info)
+    local cap = { name = "h1", log = recorder() }
+    function cap.run(_, cmd) cap.cmd = cmd return "", "", 1 end
+    run(function() lock.acquire(cap, info, opts { stale_after = 8 }) end)
+    return cap.cmd
+  end
+
   local function record()
     local r = {}
     for k, v in (read(path .. "/holder") or ""):gmatch("([%w_]+)=([^\n]*)") do r[k] = v end
@@ -483,15 +493,7 @@ describe("lock", function()
   end)
 
   it("lets exactly one of many concurrent takers win, for a free and for a stale lock", function()
-    -- the scripts as the hosts would get them, run as parallel shells
-    local function script_of(info)
-      local cap = { name = "h1", log = recorder() }
-      function cap.run(_, cmd) cap.cmd = cmd return "", "", 1 end
-      -- 8 s: a taker that read the old lock's token, then stalled past the window, could find
-      -- the first taker's tombstone gone (lock.lua's ACQUIRE): at 3 s a loaded machine did
-      run(function() lock.acquire(cap, info, opts { stale_after = 8 }) end)
-      return cap.cmd
-    end
+    -- the scripts as the hosts would get them (script_of), run as parallel shells
     local files = {}
     -- every acquisition has its own token, so every race gets fresh scripts
     local function race()
@@ -524,12 +526,6 @@ describe("lock", function()
   -- goes (an older build collected tombstones after one stale window). The late taker's rename
   -- found no tombstone in its way and moved the fresh lock aside: two holders.
   it("a taker that stalled after judging a lock stale leaves the lock another took meanwhile", function()
-    local function script_of(info)
-      local cap = { name = "h1", log = recorder() }
-      function cap.run(_, cmd) cap.cmd = cmd return "", "", 1 end
-      run(function() lock.acquire(cap, info, opts { stale_after = 8 }) end)
-      return cap.cmd
-    end
     local function start(name, info, env)
       local f = dir .. "/" .. name .. ".sh"
       write(f, script_of(info))
