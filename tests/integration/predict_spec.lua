@@ -169,6 +169,13 @@ describe("the dry run's forecast", function()
     -- the leader joins nothing; its package line is the declared-dependency simulation's
     assert.are.same({ "the engine packages cannot install: " .. MISSING .. " (apt-get -s satisfy)" },
       predicted(r.doc, CTL))
+    -- the join probe rides in one batch with phase 5's reads (validate_hosts' prefetch): phases 4
+    -- and 5 cost each host one round trip, the worker with its join probe as the leader without
+    for _, h in ipairs { CTL, WRK } do
+      local trips = host_entry(r.doc, "validate_hosts", h).round_trips
+        + host_entry(r.doc, "distro_facts", h).round_trips
+      assert.are.equal(1, trips, h.name .. ": round trips of phases 4 and 5")
+    end
     -- the forecast's cost: what gathering facts took beyond a run without a package (the
     -- local hashing of the package's files included), and the validation (the join probe):
     -- under a second per host, the hosts being probed at once (on a loaded machine too)
