@@ -352,8 +352,9 @@ local function write_script(a, size)
     "set -e",
     shell.fmt("dst=%s; mode=%s; user=%s; grp=%s", a.path, stat_mode(a.mode) or "", a.owner or "", a.group or ""),
     "IFS= read -r want",
+    shell.SHA256_FN,
     'if [ -f "$dst" ] && [ ! -L "$dst" ]; then',
-    '  set -- $(sha256sum < "$dst"); sum=$1',
+    '  set -- $(cs_sha256 "$dst"); sum=$1',
     [[  set -- $(stat -c '%a %U %G' -- "$dst")]],
     '  if [ "$sum" = "$want" ] && { [ -z "$mode" ] || [ "$1" = "$mode" ]; } &&'
       .. ' { [ -z "$user" ] || [ "$2" = "$user" ]; } && { [ -z "$grp" ] || [ "$3" = "$grp" ]; }; then',
