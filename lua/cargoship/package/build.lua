@@ -168,24 +168,35 @@ local function sorted_files(stage)
   return out
 end
 
+-- What the archive is written as: a zstd-compressed tar, or a plain one when metadata.uncompressed.
+local function ext_of(doc)
+  return field(doc, "metadata", "uncompressed") and ".tar" or ".tar.zst"
+end
+
 function M.artifact_name(doc, arches)
   local name = field(doc, "metadata", "name")
   local arch = #arches == 1 and arches[1] or "multi"
   local version = field(doc, "metadata", "version")
-  local ext = field(doc, "metadata", "uncompressed") and ".tar" or ".tar.zst"
-  return string.format("cargoship-%s-%s%s%s", name, arch, version and ("-" .. version) or "", ext)
+  return string.format("cargoship-%s-%s%s%s", name, arch, version and ("-" .. version) or "", ext_of(doc))
 end
 
 -- -o names a directory (the artifact's name is added) or an archive path: where it goes must be a
--- directory that exists, checked before any work (io.open of "dir/." opens only a directory).
-local function out_problem(out)
+-- directory that exists, checked before any work (io.open of "dir/." opens only a directory), and
+-- an archive path must end as what is written (ext: .tar.zst, or .tar when metadata.uncompressed).
+local function out_problem(out, ext)
   if not out then return nil end
-  local dir = pkg.is_archive(out) and (out:match("^(.*)/[^/]*$") or ".") or out
+  local archive = pkg.is_archive(out)
+  if archive and out:sub(-#ext) ~= ext then
+    return string.format("-o %s: the archive is written as %s (%s), so its name must end in %s", out,
+      ext == ".tar" and "an uncompressed tar" or "a zstd-compressed tar",
+      ext == ".tar" and "metadata.uncompressed" or "the default", ext)
+  end
+  local dir = archive and (out:match("^(.*)/[^/]*$") or ".") or out
   if dir == "" then dir = "/" end
   local f = io.open(dir .. "/.", "r")
   if f then f:close() return nil end
   return string.format("%s: not an existing directory (-o names a directory, or an archive path ending in %s)",
-    dir, table.concat(pkg.ARCHIVE_SUFFIXES, ", "))
+    dir, ext)
 end
 
 function M.create(src, opts)
@@ -208,7 +219,7 @@ function M.create(src, opts)
   end
   local overrides, oerr = parse_overrides(opts.file_overrides)
   if not overrides then return nil, oerr end
-  local out_err = out_problem(opts.out)
+  local out_err = out_problem(opts.out, ext_of(doc))
   if out_err then return nil, out_err end
   local arches = field(doc, "metadata", "architectures") or { field(doc, "metadata", "architecture") or "amd64" }
   local stage = assert(io.popen("mktemp -d \"${TMPDIR:-/tmp}/cargoship-build.XXXXXX\"")):read("l")

@@ -157,6 +157,14 @@ describe("cargoship package create", function()
       assert.is_nil(io.open(root .. "/absent"), out)
     end
     assert.matches("%.tar%.zst$", assert(create(root, nil, { out = root .. "/p.tar.zst" })))
+    -- an archive path must end as what is written: a zstd tar was named .tar.gz or .tar
+    for _, out in ipairs({ root .. "/p.tar.gz", root .. "/p.tgz", root .. "/p.tar" }) do
+      local got, err = create(root, nil, { out = out })
+      assert.is_nil(got, out)
+      assert.are.equal("-o " .. out .. ": the archive is written as a zstd-compressed tar (the default), so its "
+        .. "name must end in .tar.zst", err)
+      assert.is_nil(io.open(out), out)
+    end
   end)
 
   it("refuses a URL without a mirror, a mirrored URL without shasum and a shasum mismatch", function()
